@@ -1,0 +1,91 @@
+"""Input validation shared by the public entry points (private; callers validate once, at entry).
+
+Every check raises ``ValueError`` whose message names the argument and the offending value, so the CLI can turn it
+into a one-line error. Private helpers downstream trust their inputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import numpy as np
+
+from v05._types import FloatArray, IntArray
+
+RewardRange = Literal["pm1", "01"]
+REWARD_RANGES: dict[str, tuple[float, float]] = {"pm1": (-1.0, 1.0), "01": (0.0, 1.0)}
+
+
+def as_float_1d(x: object, name: str, *, allow_empty: bool = False) -> FloatArray:
+    """Return ``x`` as a float64 1-D array; reject other ranks, non-numbers, NaN and inf."""
+    try:
+        arr = np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{name} must be numeric, got {type(x).__name__}: {err}") from None
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {arr.shape}")
+    if arr.size == 0 and not allow_empty:
+        raise ValueError(f"{name} is empty: an empty batch has no advantages to compute")
+    bad = ~np.isfinite(arr)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"{name} contains {int(bad.sum())} non-finite value(s) (first: {arr[i]!r} at index {i})")
+    return arr
+
+
+def as_index_1d(x: object, name: str, *, allow_empty: bool = False) -> IntArray:
+    """Return ``x`` as an int64 1-D array of non-negative integers (floats must be whole numbers)."""
+    arr = np.asarray(x)
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {arr.shape}")
+    if arr.size == 0 and not allow_empty:
+        raise ValueError(f"{name} is empty")
+    if arr.dtype.kind == "f":
+        if not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr)):
+            raise ValueError(f"{name} must hold integers, got non-integer values such as {arr[arr != np.round(arr)][:3]}")
+    elif arr.dtype.kind not in "iub" and arr.size:
+        raise ValueError(f"{name} must hold integers, got dtype {arr.dtype}")
+    out = arr.astype(np.int64)
+    if out.size and out.min() < 0:
+        raise ValueError(f"{name} must be non-negative, got {int(out.min())}")
+    return out
+
+
+def check_reward_range(reward_range: str) -> tuple[float, float]:
+    """Return ``(lo, hi)`` for a declared reward range; unknown names list the valid ones."""
+    if reward_range not in REWARD_RANGES:
+        raise ValueError(f"unknown reward_range {reward_range!r}; valid: {', '.join(REWARD_RANGES)}")
+    return REWARD_RANGES[reward_range]
+
+
+def check_in_range(x: FloatArray, name: str, reward_range: str) -> None:
+    """Reject values outside the declared reward range (``pm1`` → [−1, 1], ``01`` → [0, 1])."""
+    lo, hi = check_reward_range(reward_range)
+    bad = (x < lo) | (x > hi)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(
+            f"{name} outside the declared reward_range {reward_range!r} [{lo:g}, {hi:g}]: "
+            f"{x[i]!r} at index {i} ({int(bad.sum())} value(s) out of range)"
+        )
+
+
+def check_same_length(arrays: Sequence[np.ndarray], names: Sequence[str]) -> None:
+    """Reject arrays whose lengths differ, naming each length."""
+    lengths = {n: len(a) for a, n in zip(arrays, names)}
+    if len(set(lengths.values())) > 1:
+        desc = ", ".join(f"{n}: {k}" for n, k in lengths.items())
+        raise ValueError(f"length mismatch ({desc})")
+
+
+def check_positive(value: float, name: str, *, strict: bool = True) -> None:
+    """Reject a scalar parameter that is not finite and (strictly) positive."""
+    if not np.isfinite(value) or value < 0 or (strict and value == 0):
+        raise ValueError(f"{name} must be {'>' if strict else '>='} 0 and finite, got {value!r}")
+
+
+def check_probability(value: float, name: str) -> None:
+    """Reject a scalar that is not in [0, 1]."""
+    if not (0.0 <= value <= 1.0):
+        raise ValueError(f"{name} must lie in [0, 1], got {value!r}")

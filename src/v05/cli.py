@@ -1,0 +1,57 @@
+"""The ``v05`` command line: thin argv → config → library function → exit code.
+
+Each subcommand lives beside the library code it drives and exposes ``register(subparsers)``, which adds its
+parser and sets ``func(args) -> int``. Bad input (``ValueError``, missing files) becomes a one-line error on stderr
+and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+# module path of each subcommand group; imported lazily so `v05 --help` stays fast and torch-free.
+SUBCOMMANDS = ("v05.sim.cli", "v05.priors.cli", "v05.bench")
+
+log = logging.getLogger("v05")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The top-level parser with every subcommand registered."""
+    parser = argparse.ArgumentParser(
+        prog="v05",
+        description="Adaptive advantage baselines for RLVR: simulate, evaluate priors, benchmark.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name in SUBCOMMANDS:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as err:
+            if err.name != name:  # a dependency is missing: say so rather than hide the subcommand
+                raise
+            continue  # that part of the package is not present in this build
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the process exit code (0 ok, 2 bad input)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        return int(args.func(args) or 0)
+    except (ValueError, FileNotFoundError) as err:
+        print(f"v05 {args.command}: error: {err}", file=sys.stderr)  # the CLI's one user-facing line
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+r"""DBB: the discounted Beta–Bernoulli history of each prompt as its baseline (arXiv:2603.18444).
+
+The state (a :class:`v05.posterior.BetaHistory` keyed by stable prompt ids) is a value passed in and returned.
+Deviation: DBB's method text is not public; the discounting is the MoPPS form (toward the prior), see
+:mod:`v05.posterior`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from v05._checks import RewardRange, check_positive
+from v05.advantages import Scale, scale_advantages
+from v05.estimators._batch import Estimate, check_scale, prepare
+from v05.groups import segment_sum
+from v05.posterior import BetaHistory, Decay
+from v05.rewards import from_pm1, to_pm1
+
+
+def dbb(
+    rewards: object,
+    group: object,
+    *,
+    prompt_ids: object = None,
+    state: BetaHistory | None = None,
+    reward_range: RewardRange = "pm1",
+    scale: Scale = "model_std",
+    lambda_: float = 0.7,
+    alpha0: float = 1.0,
+    beta0: float = 1.0,
+    decay: Decay = "visit",
+    step: int = 0,
+    include_current: bool = True,
+) -> Estimate:
+    r"""Discounted Beta–Bernoulli baseline from each prompt's history.
+
+        α ← λα + (1 − λ)α₀ + successes,   β ← λβ + (1 − λ)β₀ + failures,   μ̃ = α/(α + β)
+        A_i = (r_i − μ̃) / √(μ̃(1 − μ̃))     (``scale="model_std"``, the GRPO-like form; ``"none"`` gives r_i − μ̃)
+
+    (0/1 space for the counts; ±1 rewards are mapped with p = (r + 1)/2.)
+    Bias: with ``include_current=True`` (default, posterior mean) b contains this step's rewards (weight
+    k/(α + β)); ``include_current=False`` uses the prior-only mean, independent of this batch — unbiased.
+    The history lags a changing policy (bias grows with drift). Degenerate cases: with α₀, β₀ > 0, μ̃ ∈ (0, 1), so
+    all-equal groups still get non-zero advantages (no variance collapse); an unseen prompt starts at Beta(α₀, β₀).
+
+    Args:
+        rewards: (N,) rewards.
+        group: (N,) group ids in [0, G).
+        prompt_ids: (G,) stable keys of the prompts (ints or strings); default: the group ids themselves.
+        state: the history from earlier steps (default: empty).
+        reward_range: ``"pm1"`` or ``"01"``.
+        scale: advantage scaling (default ``model_std``).
+        lambda_: discount λ in (0, 1].
+        alpha0: prior pseudo-successes α₀ > 0.
+        beta0: prior pseudo-failures β₀ > 0.
+        decay: ``"visit"`` or ``"step"`` (then λ^(step − last visit)).
+        step: the current step (for ``decay="step"``).
+        include_current: use the posterior after this step's outcomes (True) or the prior before them (False).
+
+    Returns:
+        The estimate; ``state`` holds the updated history.
+
+    References: Kim et al. (2026) "Discounted Beta–Bernoulli Reward Estimation for Sample-Efficient RLVR",
+    arXiv:2603.18444; MoPPS (Qu et al., arXiv:2507.04632) for the discounted update.
+    """
+    check_scale(scale)
+    check_positive(alpha0, "alpha0")
+    check_positive(beta0, "beta0")
+    b = prepare(rewards, group, reward_range=reward_range)
+    keys = np.arange(b.n_groups) if prompt_ids is None else np.asarray(prompt_ids)
+    if keys.ndim != 1 or len(keys) != b.n_groups:
+        raise ValueError(f"prompt_ids must have one key per group ({b.n_groups}), got shape {keys.shape}")
+    history = state if state is not None else BetaHistory.empty(alpha0, beta0)
+    p01 = (to_pm1(b.rewards, reward_range) + 1.0) / 2.0  # (N,) success indicator (fractional allowed)
+    successes = segment_sum(p01, b.group, b.n_groups)  # (G,)
+    updated = history.update(keys, successes, b.n_g.astype(np.float64), lambda_=lambda_, decay=decay, step=step)
+    alpha, beta = (updated if include_current else history).lookup(keys)
+    p_g = alpha / (alpha + beta)  # (G,) μ̃ in (0, 1)
+    base = from_pm1(2.0 * p_g - 1.0, reward_range)[b.group]  # (N,)
+    adv = scale_advantages(b.rewards, base, b.group, scale=scale, reward_range=reward_range)
+    return Estimate(adv, base, state=updated)
+
+
+__all__ = ["dbb"]

@@ -1,0 +1,114 @@
+"""The one registry of names: estimators (and allocators) by the names the CLI, adapters and configs use.
+
+An unknown name raises ``ValueError`` listing the valid ones. Nothing registers itself at import time: the dicts
+below are the whole list.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from v05._checks import RewardRange
+from v05.estimators import Estimate, dbb, drgrpo, grpo, oracle, reinforce_pp_baseline, rloo, v05, v05_eb
+
+
+@dataclass(frozen=True, slots=True)
+class EstimatorSpec:
+    """A registered estimator.
+
+    Attributes:
+        fn: the estimator function ``fn(rewards, group, *, reward_range, ...) -> Estimate``.
+        uses_prior: it takes ``prior=`` (the value model's prediction on the reward scale).
+        needs_truth: it takes ``mu=`` (true values; simulation only).
+        stateful: it takes ``state=`` and returns the next state in ``Estimate.state``.
+    """
+
+    fn: Callable[..., Estimate]
+    uses_prior: bool = False
+    needs_truth: bool = False
+    stateful: bool = False
+
+    @property
+    def options(self) -> tuple[str, ...]:
+        """Keyword options the estimator accepts (besides rewards, group, prior, reward_range)."""
+        params = inspect.signature(self.fn).parameters
+        return tuple(p for p in params if p not in ("rewards", "group", "prior", "reward_range"))
+
+
+ESTIMATORS: dict[str, EstimatorSpec] = {
+    "grpo": EstimatorSpec(grpo),
+    "drgrpo": EstimatorSpec(drgrpo),
+    "rloo": EstimatorSpec(rloo),
+    "reinforce_pp_baseline": EstimatorSpec(reinforce_pp_baseline),
+    "dbb": EstimatorSpec(dbb, stateful=True),
+    "v05": EstimatorSpec(v05, uses_prior=True),
+    "v05_eb": EstimatorSpec(v05_eb, uses_prior=True, stateful=True),
+    "oracle": EstimatorSpec(oracle, needs_truth=True),
+}
+
+
+def get_estimator(name: str) -> EstimatorSpec:
+    """The registered estimator ``name``; unknown names list the valid ones."""
+    try:
+        return ESTIMATORS[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown estimator {name!r}; valid: {', '.join(ESTIMATORS)}") from None
+
+
+def estimate(
+    estimator: str,
+    rewards: object,
+    group: object,
+    *,
+    prior: object = None,
+    reward_range: RewardRange = "pm1",
+    **options: object,
+) -> Estimate:
+    """Run a registered estimator and return its full :class:`~v05.estimators.Estimate` (see compute_advantages)."""
+    spec = get_estimator(estimator)
+    unknown = sorted(set(options) - set(spec.options))
+    if unknown:
+        valid = ", ".join(spec.options) or "none"
+        raise ValueError(f"estimator {estimator!r} has no option(s) {', '.join(unknown)}; valid: {valid}")
+    if prior is not None and not spec.uses_prior:
+        raise ValueError(f"estimator {estimator!r} does not use a prior; use v05 or v05_eb, or pass prior=None")
+    if spec.uses_prior:
+        options["prior"] = prior
+    return spec.fn(rewards, group, reward_range=reward_range, **options)
+
+
+def compute_advantages(
+    estimator: str,
+    rewards: object,
+    group: object,
+    *,
+    prior: object = None,
+    reward_range: RewardRange = "pm1",
+    **options: object,
+) -> np.ndarray:
+    """Advantages (N,) from the named estimator over a flat ragged batch.
+
+    Args:
+        estimator: a name in ``ESTIMATORS`` (grpo, drgrpo, rloo, reinforce_pp_baseline, dbb, v05, v05_eb, oracle).
+        rewards: (N,) rewards on the declared scale.
+        group: (N,) group ids in [0, G) (map arbitrary uids with ``v05.groups.group_index``).
+        prior: the value model's prediction on the reward scale, per group (G,) or per rollout (N,); only for
+            estimators that use one (v05, v05_eb).
+        reward_range: ``"pm1"`` (rewards in [−1, 1], the paper's space) or ``"01"``.
+        **options: the estimator's named parameters (e.g. ``scale="none"``, ``n0=2.0``, ``state=...``).
+
+    Raises:
+        ValueError: unknown names or options, NaN/inf or out-of-range rewards, length mismatches, empty batches,
+            a prior outside the reward range, a missing or unexpected prior.
+
+    >>> compute_advantages("drgrpo", [1, 0, 0, 1], [0, 0, 0, 0], reward_range="01")
+    array([ 0.5, -0.5, -0.5,  0.5])
+    """
+    return estimate(estimator, rewards, group, prior=prior, reward_range=reward_range, **options).advantages
+
+
+__all__ = ["ESTIMATORS", "EstimatorSpec", "compute_advantages", "estimate", "get_estimator"]

@@ -1,0 +1,27 @@
+"""Reward scales: the paper's ±1 space (``pm1``) and the 0/1 space (``01``).
+
+The V0.5 math (noise bound σ² ≤ 1, test radius 1/√k) lives in ±1 space. An estimator given ``01`` rewards maps
+rewards and prior to ±1 with ``x ↦ 2x − 1``, computes the baseline there and maps it back with ``b ↦ (b + 1)/2``,
+so ``01`` baselines are exactly the affine image of ``pm1`` baselines and unscaled ``01`` advantages are half
+of the ``pm1`` ones.
+"""
+
+from __future__ import annotations
+
+from v05._checks import RewardRange, check_reward_range
+from v05._types import FloatArray
+
+
+def to_pm1(x: FloatArray, reward_range: RewardRange) -> FloatArray:
+    """Map values on the declared reward scale to ±1 space (identity for ``pm1``)."""
+    check_reward_range(reward_range)
+    return x if reward_range == "pm1" else 2.0 * x - 1.0
+
+
+def from_pm1(x: FloatArray, reward_range: RewardRange) -> FloatArray:
+    """Map ±1-space values back to the declared reward scale (identity for ``pm1``)."""
+    check_reward_range(reward_range)
+    return x if reward_range == "pm1" else (x + 1.0) / 2.0
+
+
+__all__ = ["RewardRange", "from_pm1", "to_pm1"]
