@@ -30,7 +30,7 @@ def as_float_1d(x: object, name: str, *, allow_empty: bool = False) -> FloatArra
     bad = ~np.isfinite(arr)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"{name} contains {int(bad.sum())} non-finite value(s) (first: {arr[i]!r} at index {i})")
+        raise ValueError(f"{name} contains {int(bad.sum())} non-finite value(s) (first: {float(arr[i])!r} at index {i})")
     return arr
 
 
@@ -67,7 +67,7 @@ def check_in_range(x: FloatArray, name: str, reward_range: str) -> None:
         i = int(np.flatnonzero(bad)[0])
         raise ValueError(
             f"{name} outside the declared reward_range {reward_range!r} [{lo:g}, {hi:g}]: "
-            f"{x[i]!r} at index {i} ({int(bad.sum())} value(s) out of range)"
+            f"{float(x[i])!r} at index {i} ({int(bad.sum())} value(s) out of range)"
         )
 
 
