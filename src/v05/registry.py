@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
 from v05._checks import RewardRange
+from v05.allocation import Allocator, DynamicSampling, Fixed
+from v05.dps import DPS
 from v05.estimators import Estimate, dbb, drgrpo, grpo, oracle, reinforce_pp_baseline, rloo, v05, v05_eb
+from v05.osla import OSLA
+from v05.sara import SARA
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,4 +115,44 @@ def compute_advantages(
     return estimate(estimator, rewards, group, prior=prior, reward_range=reward_range, **options).advantages
 
 
-__all__ = ["ESTIMATORS", "EstimatorSpec", "compute_advantages", "estimate", "get_estimator"]
+ALLOCATORS: dict[str, type] = {
+    "fixed": Fixed,
+    "osla": OSLA,
+    "dynamic_sampling": DynamicSampling,
+    "sara": SARA,
+    "dps": DPS,
+}
+"""Allocator name → config class. Base group size option: fixed ``k``, osla ``k_init``, dynamic_sampling ``k``,
+sara ``group_size``, dps ``k``; prompts that reach the loss: ``batch_size`` (all five)."""
+
+
+def get_allocator(name: str, **options: object) -> Allocator:
+    """A configured allocator ``name`` (see ``ALLOCATORS``) for :func:`v05.allocation.allocate`.
+
+    Raises:
+        ValueError: unknown name (lists the valid ones), unknown option (lists the valid fields), or an invalid
+            value (the config's own message).
+
+    >>> get_allocator("osla", k_init=4, schedule="jump").k_max
+    16
+    """
+    try:
+        cls = ALLOCATORS[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown allocator {name!r}; valid: {', '.join(ALLOCATORS)}") from None
+    valid = [f.name for f in fields(cls)]
+    unknown = sorted(set(options) - set(valid))
+    if unknown:
+        raise ValueError(f"allocator {name!r} has no option(s) {', '.join(unknown)}; valid: {', '.join(valid)}")
+    return cls(**options)
+
+
+__all__ = [
+    "ALLOCATORS",
+    "ESTIMATORS",
+    "EstimatorSpec",
+    "compute_advantages",
+    "estimate",
+    "get_allocator",
+    "get_estimator",
+]

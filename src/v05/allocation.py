@@ -1,0 +1,344 @@
+r"""Rollout allocators: how many rollouts each prompt of a candidate pool gets this step (numpy only).
+
+An allocator never generates anything. :func:`allocate` is the only loop: it asks the allocator for counts,
+calls ``sample(prompt_ids, counts)`` (the seam for the simulator, HF generate, vLLM or verl), tells the allocator
+the rewards, and repeats until the allocator is done. Allocators are frozen configs with pure ``init/ask/tell/
+finish`` methods over an explicit round state; state that persists across steps (DPS's HMM, SARA's history) is a
+value passed in and returned (``Allocation.state``).
+
+Protocol (``S`` is the allocator's own frozen round state):
+    init(pool: Pool, state) -> S        before the first round
+    ask(s: S) -> counts (P,) int        rollouts to draw now per pool prompt; all zero ends the step
+    tell(s: S, draw: Draw) -> S         the rewards of the last draw
+    finish(s: S) -> (kept (P,) bool, state)   prompts whose rollouts enter the loss; state for the next step
+
+This module holds the driver, the protocol, ``Fixed`` (GRPO) and ``DynamicSampling`` (DAPO); ``OSLA``
+(:mod:`v05.osla`), ``SARA`` (:mod:`v05.sara`) and ``DPS`` (:mod:`v05.dps`) live beside it; names are in
+``v05.registry.ALLOCATORS``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+import numpy as np
+
+from v05._checks import RewardRange, as_float_1d, check_in_range, check_reward_range
+from v05._types import BoolArray, FloatArray, IntArray
+from v05.groups import group_index
+
+logger = logging.getLogger(__name__)
+
+Order = Literal["pool", "random"]
+"""How fresh prompts are taken from the pool: in pool order, or in one permutation drawn from the step's rng."""
+
+SampleFn = Callable[[IntArray, IntArray], FloatArray]
+"""sample(prompt_ids (M,), counts (M,)) -> rewards (Σ counts,), laid out as ``np.repeat(prompt_ids, counts)``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Pool:
+    """The candidate prompts of one step.
+
+    Attributes:
+        n_prompts: P, the pool size; prompts are indexed [0, P).
+        keys: (P,) stable prompt keys (for allocators with per-prompt history); default ``arange(P)``.
+        prior: (P,) value-model prior on the reward scale, or None.
+        reward_range: ``"pm1"`` or ``"01"``.
+        rng: the step's random generator (allocators that randomise draw from it).
+    """
+
+    n_prompts: int
+    keys: np.ndarray
+    prior: FloatArray | None
+    reward_range: RewardRange
+    rng: np.random.Generator
+
+
+@dataclass(frozen=True, slots=True)
+class Draw:
+    """The rollouts of one round: ``rewards (M,)`` for pool prompts ``prompt (M,)``."""
+
+    prompt: IntArray
+    rewards: FloatArray
+
+
+class Allocator(Protocol):
+    """A rollout allocator (see the module docstring for the protocol)."""
+
+    def init(self, pool: Pool, state: Any) -> Any: ...  # noqa: D102
+
+    def ask(self, s: Any) -> IntArray: ...  # noqa: D102
+
+    def tell(self, s: Any, draw: Draw) -> Any: ...  # noqa: D102
+
+    def finish(self, s: Any) -> tuple[BoolArray, Any]: ...  # noqa: D102
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """The outcome of one step's allocation.
+
+    Attributes:
+        rewards: (N,) every rollout drawn this step, in draw order.
+        prompt: (N,) pool index of each rollout.
+        counts: (P,) rollouts drawn per pool prompt (0 = not sampled).
+        kept: (P,) prompts whose rollouts enter the loss.
+        rounds: number of ``sample`` calls.
+        state: the allocator's state for the next step (None if it keeps none).
+    """
+
+    rewards: FloatArray
+    prompt: IntArray
+    counts: IntArray
+    kept: BoolArray
+    rounds: int
+    state: Any = None
+
+    @property
+    def n_rollouts(self) -> int:
+        """Rollouts spent this step (kept or not)."""
+        return int(self.counts.sum())
+
+    def loss_batch(self) -> tuple[FloatArray, IntArray, IntArray]:
+        """The kept rollouts as a flat batch: ``(rewards (N',), group (N',) in [0, G'), pool_index (G',))``.
+
+        Groups are numbered by first appearance of their prompt in draw order.
+        """
+        mask = self.kept[self.prompt]  # (N,)
+        group, pool_index = group_index(self.prompt[mask])
+        return self.rewards[mask], group, pool_index.astype(np.int64)
+
+
+def allocate(
+    allocator: Allocator,
+    sample: SampleFn,
+    *,
+    n_prompts: int,
+    rng: np.random.Generator,
+    prior: object = None,
+    keys: object = None,
+    reward_range: RewardRange = "pm1",
+    state: Any = None,
+    max_rounds: int = 1000,
+) -> Allocation:
+    """Run one step of rollout allocation: the only sampling loop.
+
+    Args:
+        allocator: a configured allocator (see ``v05.registry.ALLOCATORS``).
+        sample: ``sample(prompt_ids, counts) -> rewards`` (see ``SampleFn``).
+        n_prompts: P, the candidate pool size.
+        rng: random generator for allocators that randomise.
+        prior: (P,) prior on the reward scale (needed by ``osla``), or None.
+        keys: (P,) stable prompt keys (default ``arange(P)``).
+        reward_range: ``"pm1"`` or ``"01"``.
+        state: the allocator state returned by the previous step, or None.
+        max_rounds: safety cap on rounds; exceeding it raises (an allocator that never finishes is a bug).
+
+    Raises:
+        ValueError: bad pool size, prior or keys shape, prior out of range, or a sampler that returns the wrong
+            number of rewards or non-finite/out-of-range rewards.
+    """
+    check_reward_range(reward_range)
+    if isinstance(n_prompts, bool) or not isinstance(n_prompts, (int, np.integer)) or n_prompts < 1:
+        raise ValueError(f"n_prompts must be a positive integer, got {n_prompts!r}")
+    prior_arr = None
+    if prior is not None:
+        prior_arr = as_float_1d(prior, "prior")
+        check_in_range(prior_arr, "prior", reward_range)
+        if len(prior_arr) != n_prompts:
+            raise ValueError(f"prior must have one value per pool prompt ({n_prompts}), got {len(prior_arr)}")
+    key_arr = np.arange(n_prompts) if keys is None else np.asarray(keys)
+    if key_arr.shape != (n_prompts,):
+        raise ValueError(f"keys must have shape ({n_prompts},), got {key_arr.shape}")
+    pool = Pool(int(n_prompts), key_arr, prior_arr, reward_range, rng)
+    s = allocator.init(pool, state)
+    counts = np.zeros(n_prompts, np.int64)
+    rewards_parts: list[FloatArray] = []
+    prompt_parts: list[IntArray] = []
+    rounds = 0
+    while True:
+        raw = np.asarray(allocator.ask(s))
+        if raw.shape != (n_prompts,) or raw.dtype.kind not in "iu" or np.any(raw < 0):
+            raise ValueError(
+                f"allocator returned invalid counts (shape {raw.shape}, dtype {raw.dtype}, min {raw.min(initial=0)}); "
+                f"counts must be ({n_prompts},) non-negative integers"
+            )
+        ask = raw.astype(np.int64)
+        if not ask.any():
+            break
+        if rounds >= max_rounds:
+            raise ValueError(f"allocation did not finish within max_rounds={max_rounds}")
+        ids = np.flatnonzero(ask)
+        r = as_float_1d(sample(ids, ask[ids]), "sampled rewards", allow_empty=False)
+        if len(r) != int(ask.sum()):
+            raise ValueError(f"sample returned {len(r)} rewards for {int(ask.sum())} requested rollouts")
+        check_in_range(r, "sampled rewards", reward_range)
+        draw = Draw(np.repeat(ids, ask[ids]), r)
+        rewards_parts.append(r)
+        prompt_parts.append(draw.prompt)
+        counts += ask
+        rounds += 1
+        s = allocator.tell(s, draw)
+    kept, new_state = allocator.finish(s)
+    rewards = np.concatenate(rewards_parts) if rewards_parts else np.zeros(0)
+    prompt = np.concatenate(prompt_parts) if prompt_parts else np.zeros(0, np.int64)
+    return Allocation(rewards, prompt, counts, np.asarray(kept, bool) & (counts > 0), rounds, new_state)
+
+
+
+def check_int(value: object, name: str, minimum: int, *, hint: str = "") -> None:
+    """Reject a config value that is not an integer ≥ ``minimum`` (bools and whole floats included)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}{hint}")
+
+
+def check_order(order: str) -> None:
+    """Reject an unknown prompt order, listing the valid ones."""
+    if order not in ("pool", "random"):
+        raise ValueError(f"unknown order {order!r}; valid: pool, random")
+
+
+def prompt_order(pool: Pool, order: Order) -> IntArray:
+    """The order in which fresh pool prompts are taken: pool order, or one permutation drawn from ``pool.rng``."""
+    return np.arange(pool.n_prompts) if order == "pool" else pool.rng.permutation(pool.n_prompts)
+
+
+def group_extremes(draw: Draw, n_prompts: int) -> tuple[FloatArray, FloatArray]:
+    """Per-prompt (min, max) reward of one draw, shape (P,) each (+inf/−inf for prompts not drawn)."""
+    lo, hi = np.full(n_prompts, np.inf), np.full(n_prompts, -np.inf)
+    np.minimum.at(lo, draw.prompt, draw.rewards)  # (P,) reduction over the draw
+    np.maximum.at(hi, draw.prompt, draw.rewards)
+    return lo, hi
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Fixed:
+    """GRPO-style uniform allocation: ``k`` rollouts for each of the first ``batch_size`` pool prompts, one round.
+
+    Every sampled prompt enters the loss. Keeps no state across steps.
+    """
+
+    k: int = 4
+    """rollouts per prompt (the group size K; ≥ 1)."""
+    batch_size: int | None = None
+    """prompts to sample, the first ones of the pool (None: the whole pool)."""
+
+    def __post_init__(self) -> None:
+        check_int(self.k, "k", 1)
+        if self.batch_size is not None:
+            check_int(self.batch_size, "batch_size", 1, hint=" (or None for the whole pool)")
+
+    def init(self, pool: Pool, state: Any) -> tuple[int, bool]:  # noqa: D102
+        return pool.n_prompts, False
+
+    def ask(self, s: tuple[int, bool]) -> IntArray:  # noqa: D102
+        n, done = s
+        counts = np.zeros(n, np.int64)
+        if not done:
+            counts[: min(self.batch_size or n, n)] = self.k
+        return counts
+
+    def tell(self, s: tuple[int, bool], draw: Draw) -> tuple[int, bool]:  # noqa: D102
+        return s[0], True
+
+    def finish(self, s: tuple[int, bool]) -> tuple[BoolArray, Any]:  # noqa: D102
+        return np.ones(s[0], bool), None
+
+
+@dataclass(frozen=True, slots=True)
+class _DSRound:
+    """DynamicSampling round state: the prompt order, how far it was consumed, and the kept prompts so far."""
+
+    order: IntArray  # (P,) order in which prompts are taken
+    taken: int  # prompts of ``order`` already sampled
+    kept: tuple[int, ...]  # pool indices of kept (mixed) groups, in draw order
+    rounds: int
+    spent: int  # rollouts drawn so far
+    done: bool
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DynamicSampling:
+    r"""DAPO dynamic sampling: over-sample prompt batches, drop groups whose rewards all agree, repeat.
+
+    Round t samples the next ``gen_batch_size`` prompts of the pool (pool order, or one permutation drawn from the
+    step's rng with ``order="random"``), ``k`` rollouts each, and keeps the groups whose rewards are not all equal
+    (std > 0, i.e. a non-zero GRPO advantage). It stops when ``batch_size`` groups are kept, after ``max_rounds``
+    rounds, or when the pool is used up; the kept groups are truncated to the first ``batch_size`` in draw order.
+
+        rollouts spent = rounds · gen_batch_size · k   (≤ max_rounds · gen_batch_size · k)
+
+    Degenerate case: if the rounds or the pool run out first, fewer than ``batch_size`` groups are kept (logged at
+    INFO; DAPO's verl trainer raises instead, the DPS repo continues as here). Rounds and rollouts spent are logged
+    at DEBUG and are in ``Allocation.rounds`` / ``Allocation.n_rollouts``. Keeps no state across steps.
+
+    References: Yu et al. (2025) "DAPO: An Open-Source LLM Reinforcement Learning System at Scale",
+    arXiv:2503.14476 (dynamic sampling); loop as in the DPS repo (``recipe/dps/our_ray_trainer.py``).
+    """
+
+    k: int = 8
+    """rollouts per prompt (the group size n; ≥ 2, a group of one is never mixed)."""
+    batch_size: int = 32
+    """groups that should reach the loss (B)."""
+    gen_batch_size: int | None = None
+    """prompts sampled per round (None: ``batch_size``; DAPO uses a multiple of it)."""
+    max_rounds: int = 4
+    """rounds per step at most (``max_num_gen_batches``: 4 in the DPS math scripts, 10 for Countdown)."""
+    order: Order = "pool"
+    """``"pool"`` takes prompts in pool order; ``"random"`` in a permutation drawn from the step's rng."""
+
+    def __post_init__(self) -> None:
+        check_int(self.k, "k", 2, hint=" (a single rollout can never be a mixed group)")
+        check_int(self.batch_size, "batch_size", 1)
+        if self.gen_batch_size is not None:
+            check_int(self.gen_batch_size, "gen_batch_size", 1, hint=" (or None for batch_size)")
+        check_int(self.max_rounds, "max_rounds", 1)
+        check_order(self.order)
+
+    def init(self, pool: Pool, state: Any) -> _DSRound:  # noqa: D102
+        return _DSRound(prompt_order(pool, self.order), 0, (), 0, 0, False)
+
+    def ask(self, s: _DSRound) -> IntArray:  # noqa: D102
+        counts = np.zeros(len(s.order), np.int64)
+        if not s.done:
+            counts[s.order[s.taken : s.taken + (self.gen_batch_size or self.batch_size)]] = self.k
+        return counts
+
+    def tell(self, s: _DSRound, draw: Draw) -> _DSRound:  # noqa: D102
+        lo, hi = group_extremes(draw, len(s.order))  # (P,)
+        ids = draw.prompt[np.r_[True, draw.prompt[1:] != draw.prompt[:-1]]]  # prompts in draw order
+        kept = s.kept + tuple(int(i) for i in ids if hi[i] > lo[i])
+        taken = min(s.taken + (self.gen_batch_size or self.batch_size), len(s.order))
+        rounds = s.rounds + 1
+        done = len(kept) >= self.batch_size or rounds >= self.max_rounds or taken >= len(s.order)
+        return _DSRound(s.order, taken, kept, rounds, s.spent + len(draw.rewards), done)
+
+    def finish(self, s: _DSRound) -> tuple[BoolArray, Any]:  # noqa: D102
+        kept = np.zeros(len(s.order), bool)
+        kept[list(s.kept[: self.batch_size])] = True
+        logger.debug("dynamic_sampling: %d round(s), %d rollouts, %d group(s) kept", s.rounds, s.spent, kept.sum())
+        if len(s.kept) < self.batch_size:
+            logger.info("dynamic_sampling kept %d of batch_size=%d groups (rounds or pool ran out)",
+                        len(s.kept), self.batch_size)
+        return kept, None
+
+
+__all__ = [
+    "Allocation",
+    "Allocator",
+    "Draw",
+    "DynamicSampling",
+    "Fixed",
+    "Order",
+    "Pool",
+    "SampleFn",
+    "allocate",
+    "check_int",
+    "check_order",
+    "group_extremes",
+    "prompt_order",
+]

@@ -1,0 +1,226 @@
+r"""OSLA: the V0.5 one-step-look-ahead rollout budget, run in synchronous rounds over the pool (SPEC §3.3).
+
+Per prompt, with Δ̂²_k from the V0.5 test (:func:`v05.baselines.v05_shrinkage`, ±1 space) after k rollouts:
+
+    gain(k) = MSE_hat(k) − MSE_hat(k+1) = Δ̂⁴ / ((1 + kΔ̂²)(1 + (k+1)Δ̂²)),   MSE_hat(k) = Δ̂²/(1 + kΔ̂²)
+    continue  iff  Δ̂²_k > 0  and  gain(k) > c  and  k < k_max
+
+Deviations from the paper (whose exact rule is not public; SPEC marks it *reconstructed*): the batched round
+schedule (``plus_one`` or ``jump`` to the predicted stopping k) and the global ``extra_budget`` variant (ours).
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from v05._checks import RewardRange, as_float_1d, check_positive
+from v05._types import BoolArray, FloatArray, IntArray
+from v05.allocation import Draw, Pool, check_int
+from v05.baselines import NoiseModel, v05_shrinkage
+from v05.rewards import to_pm1
+
+logger = logging.getLogger(__name__)
+
+Schedule = Literal["plus_one", "jump"]
+
+
+def osla_gain(delta2: FloatArray, k: IntArray | FloatArray) -> FloatArray:
+    """One-step look-ahead gain Δ̂⁴ / ((1 + kΔ̂²)(1 + (k+1)Δ̂²)) for (P,) Δ̂² ≥ 0 and k ≥ 1 (broadcast)."""
+    d = np.asarray(delta2, np.float64)
+    k_f = np.asarray(k, np.float64)
+    return d * d / ((1.0 + k_f * d) * (1.0 + (k_f + 1.0) * d))
+
+
+def osla_stop_k(delta2: object, k: object = 4, *, c: float = 0.0039, k_max: int = 16) -> IntArray:
+    r"""Predicted stopping k when Δ̂² stays fixed: the first k' ≥ k at which OSLA stops.
+
+        k* = min{k' ≥ k : Δ̂² = 0  or  gain(k') ≤ c  or  k' ≥ k_max}
+
+    gain(k) decreases in k, so k* is where the look-ahead gain first drops to c. With the paper's c = 0.0039,
+    k = 4, k_max = 16: Δ̂² = 0.01 → 4, 0.05 → 4, 0.1 → 6, 0.25 → 12, 0.5 → 14, 1 → 15, ≥ 2 → 16. A useless prior
+    (Δ̂² → ∞) has gain → 1/(k(k+1)), which crosses c = 0.0039 between 15 and 16. Used by the ``jump`` schedule.
+
+    Args:
+        delta2: (P,) or scalar Δ̂² ≥ 0.
+        k: (P,) or scalar rollouts drawn so far (≥ 1 integers).
+        c: cost per rollout (> 0).
+        k_max: rollout cap per prompt; k ≥ k_max returns k unchanged.
+
+    Returns:
+        (P,) int64 stopping k (≥ k).
+
+    Raises:
+        ValueError: negative or non-finite Δ̂², k < 1 or non-integer, c ≤ 0, k_max < 1.
+
+    >>> osla_stop_k([0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 0.0])
+    array([ 4,  4,  6, 12, 14, 15, 16,  4])
+    """
+    d = as_float_1d(np.atleast_1d(np.asarray(delta2)), "delta2")
+    if np.any(d < 0):
+        raise ValueError(f"delta2 must be >= 0, got {d[d < 0][:3]}")
+    k_raw = np.broadcast_to(np.asarray(k), d.shape)
+    if k_raw.dtype.kind not in "iuf" or (k_raw.dtype.kind == "f" and np.any(k_raw != np.round(k_raw))):
+        raise ValueError(f"k must hold integers, got {k_raw[:3]}")
+    k_arr = k_raw.astype(np.int64)
+    if np.any(k_arr < 1):
+        raise ValueError(f"k must be >= 1, got {int(k_arr.min())}")
+    check_positive(c, "c")
+    check_int(k_max, "k_max", 1)
+    return _stop_k(d, k_arr, c, k_max)
+
+
+def _stop_k(delta2: FloatArray, k: IntArray, c: float, k_max: int) -> IntArray:
+    """Vectorised k* (trusted inputs): scan k' = k … k_max − 1 (at most k_max steps, all prompts at once)."""
+    stop = k.copy()
+    running = (delta2 > 0) & (k < k_max)  # (P,)
+    while running.any():
+        go = running & (osla_gain(delta2, stop) > c)
+        stop = stop + go
+        running = go & (stop < k_max)
+    return stop
+
+
+@dataclass(frozen=True, slots=True)
+class _OslaRound:
+    """OSLA round state (all (P,) arrays are ±1-space statistics of the prompts sampled so far)."""
+
+    prior: FloatArray  # (P,) V in ±1 space
+    active: BoolArray  # (P,) prompts this step samples
+    k: IntArray  # (P,) rollouts drawn
+    s: FloatArray  # (P,) sum of ±1 rewards
+    ask: IntArray  # (P,) the next draw (all zero: done)
+    extra_left: int | None  # remaining global extra budget
+    reward_range: RewardRange
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OSLA:
+    r"""V0.5 OSLA allocation: k_init rollouts per prompt, then more while the look-ahead gain beats the cost c.
+
+    Round 0 draws ``k_init`` for each of the first ``batch_size`` pool prompts. After every round each prompt is
+    re-tested with Δ̂² = max(0, (v̄_k − V)² − σ²/k) (±1 space, :func:`v05.baselines.v05_shrinkage`) and continues
+    iff Δ̂² > 0, gain(k) > c and k < k_max. A continuing prompt gets +1 (``schedule="plus_one"``) or jumps to
+    :func:`osla_stop_k` under its current Δ̂², capped by k_max (``"jump"``, fewer rounds). With ``extra_budget``
+    (ours, the global budget variant), the extras after round 0 are capped at that many rollouts per step and go
+    to the continuing prompts with the largest gain first (ties: lower pool index); set ``c=0`` to spend the whole
+    budget on any rejected prior. All rollouts of every sampled prompt enter the loss. Keeps no state across steps.
+
+        rollouts ≤ batch_size · k_max   (and ≤ batch_size · k_init + extra_budget)
+
+    Needs a prior (``allocate(..., prior=...)``, on the reward scale; mapped to ±1 with ``to_pm1``).
+    Degenerate cases: an accepted prior (Δ̂² = 0) stops at k_init; a useless prior goes to k_max.
+    ``k_init < 4`` warns: below 4 a single flipped outcome can reject an exact prior (SPEC §3.2).
+
+    References: Zhang et al. (2026) "V0.5: Generalist Value Model as a Prior for Sparse RL Rollouts",
+    arXiv:2603.10848 (OSLA, c = 0.0039, k_init = 4, k_max = 16; the rule's exact form is reconstructed).
+    """
+
+    k_init: int = 4
+    """rollouts every prompt gets in round 0 (the base group size; the paper's 4; < 4 warns)."""
+    k_max: int = 16
+    """rollout cap per prompt (the paper's 16)."""
+    c: float = 0.0039
+    """cost per rollout in the risk MSE_hat(k) + c·k (≈ 1/256, which makes a useless prior stop at 16)."""
+    schedule: Schedule = "plus_one"
+    """``"plus_one"``: +1 per continuing prompt per round; ``"jump"``: draw up to the predicted stopping k."""
+    batch_size: int | None = None
+    """prompts to sample, the first ones of the pool (None: the whole pool)."""
+    extra_budget: int | None = None
+    """global cap on rollouts beyond round 0 per step, spent greedily by gain (None: no cap, the paper's rule)."""
+    noise: NoiseModel = "bound"
+    """noise model of the test: ``"bound"`` σ² = 1 (paper) or ``"plugin"`` σ² = 1 − V² (ablation)."""
+
+    def __post_init__(self) -> None:
+        check_int(self.k_init, "k_init", 1)
+        check_int(self.k_max, "k_max", 1)
+        if self.k_max < self.k_init:
+            raise ValueError(f"k_max ({self.k_max}) must be >= k_init ({self.k_init}); raise k_max or lower k_init")
+        check_positive(self.c, "c", strict=False)
+        if self.schedule not in ("plus_one", "jump"):
+            raise ValueError(f"unknown schedule {self.schedule!r}; valid: plus_one, jump")
+        if self.noise not in ("bound", "plugin"):
+            raise ValueError(f"unknown noise {self.noise!r}; valid: bound, plugin")
+        if self.batch_size is not None:
+            check_int(self.batch_size, "batch_size", 1, hint=" (or None for the whole pool)")
+        if self.extra_budget is not None:
+            check_int(self.extra_budget, "extra_budget", 0, hint=" (or None for no global cap)")
+        if self.k_init < 4:
+            warnings.warn(
+                f"OSLA with k_init={self.k_init} < 4: one flipped outcome can reject an exact prior (SPEC §3.2); "
+                "the paper uses k_init=4",
+                UserWarning,
+                stacklevel=3,
+            )
+
+    def init(self, pool: Pool, state: Any) -> _OslaRound:  # noqa: D102
+        if pool.prior is None:
+            raise ValueError("osla needs a prior: pass allocate(..., prior=...) with one value per pool prompt")
+        n = pool.n_prompts
+        active = np.zeros(n, bool)
+        active[: min(self.batch_size or n, n)] = True
+        return _OslaRound(
+            prior=to_pm1(pool.prior, pool.reward_range),
+            active=active,
+            k=np.zeros(n, np.int64),
+            s=np.zeros(n),
+            ask=np.where(active, self.k_init, 0).astype(np.int64),
+            extra_left=self.extra_budget,
+            reward_range=pool.reward_range,
+        )
+
+    def ask(self, s: _OslaRound) -> IntArray:  # noqa: D102
+        return s.ask
+
+    def tell(self, s: _OslaRound, draw: Draw) -> _OslaRound:  # noqa: D102
+        n = len(s.k)
+        k = s.k + np.bincount(draw.prompt, minlength=n)  # (P,)
+        total = s.s + np.bincount(draw.prompt, weights=to_pm1(draw.rewards, s.reward_range), minlength=n)
+        delta2 = self.delta2(total, k, s.prior)
+        gain = osla_gain(delta2, k)
+        go = s.active & (delta2 > 0) & (gain > self.c) & (k < self.k_max)  # (P,) the per-prompt rule
+        if self.schedule == "plus_one":
+            want = go.astype(np.int64)
+        else:
+            want = np.where(go, _stop_k(delta2, k, self.c, self.k_max) - k, 0)
+        extra_left = s.extra_left
+        if extra_left is not None:
+            want, extra_left = _greedy(want, gain, extra_left)
+        return _OslaRound(s.prior, s.active, k, total, want, extra_left, s.reward_range)
+
+    def finish(self, s: _OslaRound) -> tuple[BoolArray, Any]:  # noqa: D102
+        sampled = s.k[s.active]
+        if sampled.size:
+            extra = int((sampled - self.k_init).sum())
+            continued = float(np.mean(sampled > self.k_init))
+            logger.debug(
+                "osla: k histogram %s, %d extra rollouts, continued %.3f",
+                np.bincount(sampled).tolist(),
+                extra,
+                continued,
+            )
+        return s.active.copy(), None
+
+    def delta2(self, sum_pm1: FloatArray, k: IntArray, prior_pm1: FloatArray) -> FloatArray:
+        """Δ̂² per prompt from ±1 reward sums (0 where k = 0), via :func:`v05.baselines.v05_shrinkage`."""
+        k_safe = np.maximum(k, 1).astype(np.float64)
+        d2 = v05_shrinkage(sum_pm1 / k_safe, prior_pm1, k_safe, noise=self.noise).delta2
+        return np.where(k > 0, d2, 0.0)
+
+
+def _greedy(want: IntArray, gain: FloatArray, budget: int) -> tuple[IntArray, int]:
+    """Grant the requested extras to the largest gains first until ``budget`` rollouts are used (last one partial)."""
+    order = np.lexsort((np.arange(len(want)), -gain))  # gain descending, ties by pool index
+    req = want[order]  # (P,) requests in priority order
+    before = np.cumsum(req) - req  # budget used by higher-priority prompts
+    grant = np.clip(budget - before, 0, req)
+    out = np.zeros_like(want)
+    out[order] = grant
+    return out, budget - int(grant.sum())
+
+
+__all__ = ["OSLA", "Schedule", "osla_gain", "osla_stop_k"]

@@ -1,0 +1,221 @@
+"""OSLA (SPEC §3.3): the stopping rule, its round schedules, the global-budget variant, and bad input."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+from v05.allocation import allocate
+from v05.osla import OSLA, osla_gain, osla_stop_k
+
+C, K_INIT, K_MAX = 0.0039, 4, 16
+
+
+def bernoulli(p: np.ndarray, rng: np.random.Generator, reward_range: str = "pm1"):
+    """A sampler: rollouts of prompt i succeed with probability p[i]."""
+
+    def sample(ids: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        r = (rng.random(int(counts.sum())) < np.repeat(p[ids], counts)).astype(np.float64)
+        return 2 * r - 1 if reward_range == "pm1" else r
+
+    return sample
+
+
+def streams(seqs: np.ndarray):
+    """A sampler replaying fixed per-prompt reward sequences (P, L) in order: rollout j of prompt i is seqs[i, j]."""
+    used = np.zeros(len(seqs), np.int64)
+
+    def sample(ids: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        out = np.concatenate([seqs[i, used[i] : used[i] + c] for i, c in zip(ids, counts, strict=True)])
+        used[ids] += counts
+        return out
+
+    return sample
+
+
+def oracle_k(rewards: np.ndarray, prior: float, c: float = C, k_init: int = K_INIT, k_max: int = K_MAX) -> int:
+    """The paper's per-prompt loop (methods-v05-v0.md §1.9), written plainly: buy one rollout while it pays."""
+    k = k_init
+    while True:
+        vbar = float(np.mean(rewards[:k]))
+        d2 = max(0.0, (vbar - prior) ** 2 - 1.0 / k)
+        if d2 == 0:
+            return k
+        gain = d2 / (1 + k * d2) - d2 / (1 + (k + 1) * d2)
+        if k >= k_max or gain <= c:
+            return k
+        k += 1
+
+
+def test_stop_k_matches_spec_table():
+    """The predicted stopping k under fixed Δ̂² reproduces SPEC §3.3's table (c = 0.0039, k 4 → 16)."""
+    delta2 = [0.0, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 10.0, 1e6]
+    expected = [4, 4, 4, 6, 12, 14, 15, 16, 16, 16]
+    np.testing.assert_array_equal(osla_stop_k(delta2, 4, c=C, k_max=K_MAX), expected)
+
+
+def test_stop_k_useless_prior_crosses_c_between_15_and_16():
+    """As Δ̂² → ∞, gain(k) → 1/(k(k+1)): 1/240 > c > 1/272, so the rule stops at exactly 16 (and 15 if k_max=15)."""
+    assert osla_gain(np.array([1e9]), 15)[0] == pytest.approx(1 / 240, rel=1e-6)
+    assert 1 / 240 > C > 1 / 272
+    assert osla_stop_k(1e9, 4, k_max=15)[0] == 15
+
+
+def test_stop_k_is_the_first_k_where_gain_drops_to_c():
+    """Differential: k* equals a scalar scan of the rule over a grid of Δ̂² and starting k."""
+    for d2 in np.geomspace(1e-3, 50, 60):
+        for k0 in (1, 4, 9, 16, 20):
+            k = k0
+            while k < K_MAX and d2 / (1 + k * d2) - d2 / (1 + (k + 1) * d2) > C:
+                k += 1
+            assert osla_stop_k(d2, k0)[0] == k, (d2, k0)
+
+
+def test_plus_one_matches_the_per_prompt_loop():
+    """With the same per-prompt reward streams, batched +1 rounds stop every prompt where the paper's loop does."""
+    rng = np.random.default_rng(0)
+    n = 300
+    p = rng.uniform(size=n)
+    prior = np.clip(2 * p - 1 + rng.normal(0, 0.6, n), -1, 1)  # a noisy prior: some accepted, some rejected
+    seqs = np.where(rng.random((n, K_MAX)) < p[:, None], 1.0, -1.0)
+    a = allocate(OSLA(), streams(seqs), n_prompts=n, rng=rng, prior=prior)
+    expected = [oracle_k(seqs[i], prior[i]) for i in range(n)]
+    np.testing.assert_array_equal(a.counts, expected)
+    assert a.counts.max() > K_INIT, "the fixture should exercise extra rollouts"
+    assert a.rounds <= 1 + (K_MAX - K_INIT)
+
+
+def test_exact_prior_spends_about_k_init():
+    """With an exact prior, a prompt gets extras only when round 0 rejects it: the extra fraction matches the
+    exact binomial rejection probability within 4 SE (false-failure rate < 1e-4), and the mean k stays near 4."""
+    rng = np.random.default_rng(1)
+    n = 4000
+    p = rng.uniform(size=n)
+    prior = 2 * p - 1
+    a = allocate(OSLA(), bernoulli(p, rng), n_prompts=n, rng=rng, prior=prior)
+    j = np.arange(5)  # successes out of 4
+    vbar = 2 * j[None, :] / 4 - 1  # (1, 5)
+    d2 = np.maximum(0, (vbar - prior[:, None]) ** 2 - 1 / 4)  # (n, 5)
+    go = (d2 > 0) & (osla_gain(d2, 4) > C)
+    pmf = np.array([[math.comb(4, x) for x in j]]) * p[:, None] ** j * (1 - p[:, None]) ** (4 - j)
+    q = float((pmf * go).sum(axis=1).mean())  # exact P(extra) averaged over the pool
+    frac = float(np.mean(a.counts > K_INIT))
+    se = math.sqrt(q * (1 - q) / n)
+    assert abs(frac - q) < 4 * se, (frac, q, se)
+    assert a.counts.min() == K_INIT and a.counts.mean() < K_INIT + 1.5
+
+
+def test_useless_prior_goes_to_k_max():
+    """A prior at the wrong end (V = +1 for p = 0) is rejected every round: every prompt reaches k_max = 16,
+    in 13 rounds with +1 and in 2 rounds with the jump schedule."""
+    rng = np.random.default_rng(2)
+    n = 50
+    sample = bernoulli(np.zeros(n), rng)
+    plus = allocate(OSLA(), sample, n_prompts=n, rng=rng, prior=np.ones(n))
+    jump = allocate(OSLA(schedule="jump"), sample, n_prompts=n, rng=rng, prior=np.ones(n))
+    assert np.all(plus.counts == K_MAX) and plus.rounds == 1 + K_MAX - K_INIT
+    assert np.all(jump.counts == K_MAX) and jump.rounds == 2
+
+
+def test_useless_prior_statistically_approaches_k_max():
+    """A far-off prior (V = +1, p ≤ 0.25, so |V − μ| ≥ 1.5) spends close to k_max: mean k > 15 (observed ≈ 15.8
+    with SE ≈ 0.02, so a false failure needs a > 30 SE deviation)."""
+    rng = np.random.default_rng(3)
+    n = 2000
+    p = rng.uniform(0.0, 0.25, n)
+    a = allocate(OSLA(), bernoulli(p, rng), n_prompts=n, rng=rng, prior=np.ones(n))
+    assert a.counts.mean() > 15
+
+
+def test_reward_range_01_gives_the_same_counts():
+    """The test runs in ±1 space: the same outcomes and prior in 0/1 give identical counts."""
+    rng = np.random.default_rng(4)
+    n = 200
+    p, prior01 = rng.uniform(size=n), rng.uniform(size=n)
+    seqs = (rng.random((n, K_MAX)) < p[:, None]).astype(float)
+    a01 = allocate(OSLA(), streams(seqs), n_prompts=n, rng=rng, prior=prior01, reward_range="01")
+    apm = allocate(OSLA(), streams(2 * seqs - 1), n_prompts=n, rng=rng, prior=2 * prior01 - 1)
+    np.testing.assert_array_equal(a01.counts, apm.counts)
+
+
+def test_jump_never_exceeds_k_max_and_keeps_all_rollouts():
+    """The jump schedule caps at k_max; every sampled prompt (all of them) enters the loss."""
+    rng = np.random.default_rng(5)
+    n = 300
+    p = rng.uniform(size=n)
+    a = allocate(OSLA(schedule="jump"), bernoulli(p, rng), n_prompts=n, rng=rng, prior=rng.uniform(-1, 1, n))
+    assert a.counts.max() <= K_MAX and a.counts.min() == K_INIT and a.kept.all()
+    r, _, idx = a.loss_batch()
+    assert len(r) == a.n_rollouts and len(idx) == n
+
+
+def test_extra_budget_goes_to_the_largest_gain():
+    """Global budget (ours): with one extra rollout per step, it goes to the prompt with the largest Δ̂² (gain
+    grows with Δ̂²), and the extras never exceed the budget."""
+    rng = np.random.default_rng(6)
+    seqs = np.array([[1.0] * K_MAX, [1.0] * K_MAX, [1.0] * K_MAX])
+    prior = np.array([0.0, -1.0, 1.0])  # Δ̂² = 1 − 1/4, 4 − 1/4, 0 at k = 4
+    a = allocate(OSLA(extra_budget=1), streams(seqs), n_prompts=3, rng=rng, prior=prior)
+    np.testing.assert_array_equal(a.counts, [4, 5, 4])
+    p = rng.uniform(size=100)
+    for budget in (0, 7, 50):
+        b = allocate(
+            OSLA(extra_budget=budget, c=0.0), bernoulli(p, rng), n_prompts=100, rng=rng, prior=rng.uniform(-1, 1, 100)
+        )
+        assert b.n_rollouts <= 100 * K_INIT + budget
+
+
+def test_batch_size_samples_the_first_prompts():
+    """batch_size limits OSLA to the first prompts of the pool; the rest are neither sampled nor kept."""
+    rng = np.random.default_rng(7)
+    a = allocate(OSLA(batch_size=3), bernoulli(np.full(5, 0.5), rng), n_prompts=5, rng=rng, prior=np.zeros(5))
+    assert np.all(a.counts[3:] == 0) and np.all(a.counts[:3] >= K_INIT)
+    np.testing.assert_array_equal(a.kept, [True, True, True, False, False])
+
+
+def test_missing_prior_is_a_clear_error():
+    """OSLA without a prior raises a ValueError that says how to pass one."""
+    rng = np.random.default_rng(8)
+    with pytest.raises(ValueError, match="osla needs a prior"):
+        allocate(OSLA(), bernoulli(np.full(3, 0.5), rng), n_prompts=3, rng=rng)
+
+
+def test_k_init_below_4_warns_not_fails():
+    """k_init < 4 is allowed but warns (SPEC §3.2); k_init = 4 does not."""
+    with pytest.warns(UserWarning, match="k_init=2"):
+        OSLA(k_init=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        OSLA(k_init=4)
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"k_init": 0}, "k_init"),
+        ({"k_init": 4.0}, "k_init"),
+        ({"k_max": 3}, "k_max"),
+        ({"c": -1.0}, "c must"),
+        ({"schedule": "double"}, "schedule"),
+        ({"noise": "gauss"}, "noise"),
+        ({"extra_budget": -1}, "extra_budget"),
+        ({"batch_size": 0}, "batch_size"),
+    ],
+)
+def test_bad_config_raises(options, match):
+    """Invalid OSLA options raise a ValueError naming the option."""
+    with pytest.raises(ValueError, match=match):
+        OSLA(**options)
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [(([-0.1], 4), "delta2"), (([np.nan], 4), "delta2"), (([0.1], 0), "k must"), (([0.1], 2.5), "integers")],
+)
+def test_stop_k_bad_input(args, match):
+    """osla_stop_k rejects negative/NaN Δ̂² and non-positive or non-integer k."""
+    with pytest.raises(ValueError, match=match):
+        osla_stop_k(*args)
