@@ -9,6 +9,7 @@ Deviations: the paper's OSLA and test are as SPEC §3.1–3.3 reconstructs them;
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,6 +21,8 @@ from v05.baselines import NoiseModel, Switch, pseudo_count_fusion, v05_shrinkage
 from v05.estimators._batch import Estimate, check_scale, per_group, prepare, require_prior
 from v05.groups import segment_mean, segment_var
 from v05.rewards import from_pm1, to_pm1
+
+logger = logging.getLogger(__name__)
 
 
 def v05(
@@ -145,8 +148,9 @@ def v05_eb(
     (n0 → 0 for that prompt; ``reject`` marks it). ``guard_z=None`` disables it.
     Bias: the plain form includes r_i in b_i (like the group mean); the LOO form is unbiased when n0 and V do not
     depend on the batch (fixed n0, or the state path). Limits: n0 → 0 gives the (LOO) group mean, n0 → ∞ gives V.
-    Degenerate cases: all-equal groups keep signal (b ≠ r unless V = r); k = 1 groups enter neither τ² nor σ̄²;
-    LOO with n0 = 0 and k = 1 returns b = V.
+    Degenerate cases: all-equal groups keep signal (b ≠ r unless V = r); k = 1 groups enter neither τ² nor σ̄²
+    (a binary reward's variance needs two draws), so a batch and history with no group of k ≥ 2 give n0 = 0 (the
+    group mean) with a warning unless ``tau2`` or ``n0`` is passed; LOO with n0 = 0 and k = 1 returns b = V.
 
     References: ours (SPEC §3.4); the pseudo-count view of a Beta prior; the V0.5 test as guard (arXiv:2603.10848).
     """
@@ -171,6 +175,10 @@ def v05_eb(
         n0_g = np.broadcast_to(np.asarray(n0, np.float64), (b.n_groups,)).copy()
         if not np.all(np.isfinite(n0_g)) or np.any(n0_g < 0):
             raise ValueError(f"n0 must be finite and >= 0, got {n0!r}")
+    elif tau2 is None and basis.n_groups == 0:
+        # no group with k ≥ 2 in the batch or history: nothing measures the prior's error, so trust it with 0
+        logger.warning("v05_eb: no group with >= 2 rollouts to estimate tau2; n0 = 0 (pass tau2= or n0=)")
+        n0_g = np.zeros(b.n_groups)
     else:
         n0_g = np.full(b.n_groups, sigma2_hat / tau2_hat)
     reject = np.zeros(b.n_groups, bool)
