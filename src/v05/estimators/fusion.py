@@ -9,7 +9,7 @@ Deviations: the paper's OSLA and test are as SPEC §3.1–3.3 reconstructs them;
 
 from __future__ import annotations
 
-import logging
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,8 +21,6 @@ from v05.baselines import NoiseModel, Switch, pseudo_count_fusion, v05_shrinkage
 from v05.estimators._batch import Estimate, check_scale, per_group, prepare, require_prior
 from v05.groups import segment_mean, segment_var
 from v05.rewards import from_pm1, to_pm1
-
-logger = logging.getLogger(__name__)
 
 
 def v05(
@@ -177,7 +175,11 @@ def v05_eb(
             raise ValueError(f"n0 must be finite and >= 0, got {n0!r}")
     elif tau2 is None and basis.n_groups == 0:
         # no group with k ≥ 2 in the batch or history: nothing measures the prior's error, so trust it with 0
-        logger.warning("v05_eb: no group with >= 2 rollouts to estimate tau2; n0 = 0 (pass tau2= or n0=)")
+        warnings.warn(
+            "v05_eb: no group with >= 2 rollouts to estimate tau2; using n0 = 0 (pass tau2= or n0=)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
         n0_g = np.zeros(b.n_groups)
     else:
         n0_g = np.full(b.n_groups, sigma2_hat / tau2_hat)
