@@ -1,0 +1,265 @@
+r"""Heads: small regressors fitted in context on (embedding, score) pairs, predicting scores of new prompts.
+
+Every head follows the TabPFN/scikit-learn in-context pattern: ``fit(X (C, D), y (C,))`` stores or fits on the
+context, ``predict(X (Q, D)) -> (Q,)``. Targets and outputs are ±1 scores, except heads whose ``output`` is
+``"prob_nonneg"`` (V0's label: P(s ≥ 0)), which the provider maps to E[s] with a calibration fitted on its context.
+
+- ``krr``: RBF kernel ridge on centred scores, ŷ = ȳ + k(x, X)(K + αI)⁻¹(y − ȳ) (α = 0.3, γ = 2 measured best on
+  MiniLM, priors-on-real-data.md §3.1).
+- ``gp``: Gaussian process, ConstantKernel·RBF + WhiteKernel on standardised scores (marginal likelihood).
+- ``knn``: mean score of the k most cosine-similar context prompts (k = 20).
+- ``logistic``: binomial logistic regression on p = (s + 1)/2 (each row twice, weights p and 1 − p), ŷ = 2P − 1;
+  ``logistic_hard`` fits 1[s ≥ 0] like V0 and outputs P(s ≥ 0).
+- ``tabpfn``: the TabPFN classifier V0 uses (optional extra; weights from a local checkpoint only).
+scikit-learn is imported inside the heads, so importing this module is cheap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Protocol
+
+import numpy as np
+
+from v05._types import FloatArray
+
+HeadOutput = Literal["score", "prob_nonneg"]
+
+
+class Head(Protocol):
+    """A regressor fitted in context. ``output`` says what ``predict`` returns."""
+
+    output: HeadOutput
+
+    def fit(self, x: FloatArray, y: FloatArray) -> Head:
+        """Fit on context embeddings (C, D) and scores (C,)."""
+        ...
+
+    def predict(self, x: FloatArray) -> FloatArray:
+        """Predict (Q,) scores (or P(s ≥ 0)) for query embeddings (Q, D)."""
+        ...
+
+
+@dataclass(kw_only=True, slots=True)
+class KernelRidgeHead:
+    """RBF kernel ridge on centred scores: ŷ = ȳ + k(x, X)(K + αI)⁻¹(y − ȳ), K_ij = exp(−γ‖x_i − x_j‖²)."""
+
+    alpha: float = 0.3
+    gamma: float = 2.0
+    output: HeadOutput = "score"
+    mean_: float = field(default=0.0, init=False)
+    model_: object = field(default=None, init=False)
+
+    def fit(self, x: FloatArray, y: FloatArray) -> KernelRidgeHead:
+        """Fit on context embeddings (C, D) and scores (C,); returns the head."""
+        from sklearn.kernel_ridge import KernelRidge
+
+        self.mean_ = float(np.mean(y))
+        self.model_ = KernelRidge(alpha=self.alpha, kernel="rbf", gamma=self.gamma).fit(x, y - self.mean_)
+        return self
+
+    def predict(self, x: FloatArray) -> FloatArray:
+        """(Q,) predictions for query embeddings (Q, D)."""
+        return self.mean_ + np.asarray(self.model_.predict(x), np.float64)  # type: ignore[attr-defined]
+
+
+@dataclass(kw_only=True, slots=True)
+class GaussianProcessHead:
+    """GP regression, ConstantKernel·RBF + WhiteKernel on standardised scores; ``predict_std`` is the latent sd."""
+
+    restarts: int = 1
+    seed: int = 0
+    output: HeadOutput = "score"
+    mean_: float = field(default=0.0, init=False)
+    scale_: float = field(default=1.0, init=False)
+    model_: object = field(default=None, init=False)
+
+    def fit(self, x: FloatArray, y: FloatArray) -> GaussianProcessHead:
+        """Fit on context embeddings (C, D) and scores (C,); returns the head."""
+        from sklearn.gaussian_process import GaussianProcessRegressor
+        from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel
+
+        kernel = ConstantKernel(0.1, (1e-3, 10)) * RBF(1.0, (0.05, 20)) + WhiteKernel(0.5, (1e-3, 2))
+        self.mean_, self.scale_ = float(np.mean(y)), float(np.std(y)) or 1.0
+        self.model_ = GaussianProcessRegressor(kernel, n_restarts_optimizer=self.restarts, random_state=self.seed).fit(
+            x, (y - self.mean_) / self.scale_
+        )
+        return self
+
+    def predict(self, x: FloatArray) -> FloatArray:
+        """(Q,) predictions for query embeddings (Q, D)."""
+        return self.mean_ + self.scale_ * np.asarray(self.model_.predict(x), np.float64)  # type: ignore[attr-defined]
+
+    def predict_std(self, x: FloatArray) -> FloatArray:
+        """(Q,) latent sd of the score (observation noise removed)."""
+        gp = self.model_
+        _, sd = gp.predict(x, return_std=True)  # type: ignore[attr-defined]
+        noise = gp.kernel_.k2.noise_level  # type: ignore[attr-defined]
+        return np.sqrt(np.maximum(sd**2 - noise, 1e-9)) * self.scale_
+
+
+@dataclass(kw_only=True, slots=True)
+class KNNHead:
+    """Mean score of the k nearest context prompts by cosine similarity (uniform weights)."""
+
+    k: int = 20
+    output: HeadOutput = "score"
+    x_: FloatArray = field(default_factory=lambda: np.zeros((0, 0)), init=False)
+    y_: FloatArray = field(default_factory=lambda: np.zeros(0), init=False)
+
+    def __post_init__(self) -> None:
+        if self.k < 1:
+            raise ValueError(f"k must be >= 1, got {self.k}")
+
+    def fit(self, x: FloatArray, y: FloatArray) -> KNNHead:
+        """Fit on context embeddings (C, D) and scores (C,); returns the head."""
+        self.x_, self.y_ = _unit_rows(x), np.asarray(y, np.float64)
+        return self
+
+    def predict(self, x: FloatArray) -> FloatArray:
+        """(Q,) predictions for query embeddings (Q, D)."""
+        sim = _unit_rows(x) @ self.x_.T  # (Q, C)
+        k = min(self.k, sim.shape[1])
+        top = np.argpartition(-sim, k - 1, axis=1)[:, :k]  # (Q, k) indices of the k most similar
+        return self.y_[top].mean(axis=1)
+
+
+@dataclass(kw_only=True, slots=True)
+class LogisticHead:
+    """Logistic regression on embeddings: binomial on p = (s + 1)/2 (``hard=False``) or V0's 1[s ≥ 0]."""
+
+    c: float = 1.0
+    hard: bool = False
+    output: HeadOutput = "score"
+    model_: object = field(default=None, init=False)
+    constant_: float | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        if self.hard:
+            self.output = "prob_nonneg"
+
+    def fit(self, x: FloatArray, y: FloatArray) -> LogisticHead:
+        """Fit on context embeddings (C, D) and scores (C,); returns the head."""
+        from sklearn.linear_model import LogisticRegression
+
+        p = (np.asarray(y, np.float64) + 1) / 2
+        self.constant_ = None
+        if self.hard:
+            label = (y >= 0).astype(np.int64)
+            if label.min() == label.max():  # one class: the classifier cannot fit; predict that class
+                self.constant_ = float(label[0])
+                return self
+            self.model_ = LogisticRegression(C=self.c, max_iter=2000).fit(x, label)
+            return self
+        x2 = np.vstack([x, x])  # (2C, D): each row once as a success with weight p, once as a failure with 1 − p
+        y2 = np.r_[np.ones(len(p)), np.zeros(len(p))]
+        self.model_ = LogisticRegression(C=self.c, max_iter=2000).fit(x2, y2, sample_weight=np.r_[p, 1 - p] + 1e-9)
+        return self
+
+    def predict(self, x: FloatArray) -> FloatArray:
+        """(Q,) predictions for query embeddings (Q, D)."""
+        if self.constant_ is not None:
+            return np.full(len(x), self.constant_)
+        prob = np.asarray(self.model_.predict_proba(x)[:, 1], np.float64)  # type: ignore[attr-defined]
+        return prob if self.hard else 2 * prob - 1
+
+
+@dataclass(kw_only=True, slots=True)
+class TabPFNHead:
+    """V0's head: a TabPFN classifier on 1[s ≥ 0], weights loaded from a local checkpoint (never downloaded).
+
+    Raises (at fit): ValueError naming the missing checkpoint file or the missing ``tabpfn`` package.
+    """
+
+    checkpoint: str | None = None
+    n_estimators: int = 4
+    output: HeadOutput = "prob_nonneg"
+    model_: object = field(default=None, init=False)
+    constant_: float | None = field(default=None, init=False)
+
+    def fit(self, x: FloatArray, y: FloatArray) -> TabPFNHead:
+        """Fit on context embeddings (C, D) and scores (C,); returns the head."""
+        path = check_tabpfn_checkpoint(self.checkpoint)
+        try:
+            from tabpfn import TabPFNClassifier  # optional extra: pip install 'v05[tabpfn]'
+        except ImportError:
+            raise ValueError(
+                "the tabpfn head needs the optional package: pip install -c constraints.txt 'v05[tabpfn]'"
+            ) from None
+        label = (np.asarray(y) >= 0).astype(np.int64)
+        import torch
+
+        self.constant_ = float(label[0]) if label.min() == label.max() else None
+        if self.constant_ is None:  # V0: n_estimators=4, inference_precision=float32
+            self.model_ = TabPFNClassifier(
+                model_path=str(path), device="cpu", n_estimators=self.n_estimators, inference_precision=torch.float32
+            ).fit(x, label)
+        return self
+
+    def predict(self, x: FloatArray) -> FloatArray:
+        """(Q,) predictions for query embeddings (Q, D)."""
+        if self.constant_ is not None:
+            return np.full(len(x), self.constant_)
+        return np.asarray(self.model_.predict_proba(x)[:, 1], np.float64)  # type: ignore[attr-defined]
+
+
+TABPFN_CHECKPOINT = "tabpfn-v2.5-classifier-v2.5_default.ckpt"
+
+
+def check_tabpfn_checkpoint(checkpoint: str | None) -> Path:
+    """The TabPFN checkpoint path, or a ValueError naming the missing file and how to supply it."""
+    how = (
+        f"TabPFN weights cannot be downloaded here: copy V0's {TABPFN_CHECKPOINT} (Prior-Labs TabPFN v2.5) to this "
+        "machine and pass its path (head_options={'checkpoint': PATH} / --tabpfn-checkpoint PATH)"
+    )
+    if checkpoint is None:
+        raise ValueError(f"the tabpfn head needs a local checkpoint file ({TABPFN_CHECKPOINT}); {how}")
+    path = Path(checkpoint)
+    if path.is_dir():
+        path = path / TABPFN_CHECKPOINT
+    if not path.is_file():
+        raise ValueError(f"TabPFN checkpoint file not found: {path}; {how}")
+    return path
+
+
+def _unit_rows(x: FloatArray) -> FloatArray:
+    """Rows scaled to unit L2 norm (zero rows stay zero)."""
+    x = np.asarray(x, np.float64)
+    norm = np.linalg.norm(x, axis=1, keepdims=True)
+    return x / np.where(norm > 0, norm, 1.0)
+
+
+HEADS = {
+    "krr": KernelRidgeHead,
+    "gp": GaussianProcessHead,
+    "knn": KNNHead,
+    "logistic": LogisticHead,
+    "logistic_hard": lambda **kw: LogisticHead(hard=True, **kw),
+    "tabpfn": TabPFNHead,
+}
+"""Head name → factory(**options)."""
+
+
+def make_head(name: str, **options: float | int | str | None) -> Head:
+    """Build a head by name; unknown names list the valid ones."""
+    if name not in HEADS:
+        raise ValueError(f"unknown head {name!r}; valid: {', '.join(HEADS)}")
+    try:
+        return HEADS[name](**options)  # type: ignore[operator,no-any-return]
+    except TypeError as err:
+        raise ValueError(f"bad options for head {name!r}: {err}") from None
+
+
+__all__ = [
+    "HEADS",
+    "TABPFN_CHECKPOINT",
+    "GaussianProcessHead",
+    "Head",
+    "KNNHead",
+    "KernelRidgeHead",
+    "LogisticHead",
+    "TabPFNHead",
+    "check_tabpfn_checkpoint",
+    "make_head",
+]

@@ -1,0 +1,57 @@
+"""Claims about the in-context heads."""
+
+import numpy as np
+import pytest
+
+from v05.priors.heads import HEADS, TABPFN_CHECKPOINT, check_tabpfn_checkpoint, make_head
+
+
+def _data(rng, n=200, d=8):
+    x = rng.standard_normal((n, d))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    y = np.clip(np.tanh(3 * x[:, 0]) + 0.2 * rng.standard_normal(n), -1, 1)
+    return x, y
+
+
+@pytest.mark.filterwarnings("ignore:The optimal value found")  # GP hyperparameter bounds on toy data
+@pytest.mark.parametrize("name", ["krr", "knn", "logistic", "gp"])
+def test_score_heads_beat_the_mean_on_a_learnable_signal(name):
+    """Each regression head explains part of y = tanh(3x₀) + noise on held-out rows (MSE below the mean's)."""
+    rng = np.random.default_rng(0)
+    x, y = _data(rng, 300)
+    head = make_head(name).fit(x[:200], y[:200])
+    pred = head.predict(x[200:])
+    assert pred.shape == (100,)
+    assert np.mean((pred - y[200:]) ** 2) < np.mean((y[:200].mean() - y[200:]) ** 2)
+
+
+def test_logistic_hard_outputs_probability_of_nonnegative_score():
+    """The V0-style head outputs P(s ≥ 0) in [0, 1], flagged as such."""
+    rng = np.random.default_rng(1)
+    x, y = _data(rng)
+    head = make_head("logistic_hard").fit(x, y)
+    p = head.predict(x)
+    assert head.output == "prob_nonneg"
+    assert np.all((p >= 0) & (p <= 1))
+    assert np.corrcoef(p, y)[0, 1] > 0.3
+
+
+def test_logistic_hard_with_one_class_predicts_that_class():
+    """A support set whose labels all agree cannot train a classifier: the head predicts that class."""
+    x = np.eye(4)
+    assert np.all(make_head("logistic_hard").fit(x, np.ones(4)).predict(x) == 1.0)
+
+
+def test_tabpfn_head_names_the_missing_checkpoint(tmp_path):
+    """Without local weights, the error names TabPFN's checkpoint file and how to supply it."""
+    with pytest.raises(ValueError, match=TABPFN_CHECKPOINT):
+        make_head("tabpfn").fit(np.eye(3), np.array([-1.0, 1.0, 1.0]))
+    with pytest.raises(ValueError, match="not found"):
+        check_tabpfn_checkpoint(str(tmp_path))
+
+
+def test_unknown_head_lists_valid_names():
+    """An unknown head name is a ValueError listing every valid head."""
+    with pytest.raises(ValueError, match="krr, gp, knn"):
+        make_head("forest")
+    assert set(HEADS) >= {"krr", "gp", "knn", "logistic", "tabpfn"}
