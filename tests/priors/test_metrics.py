@@ -27,3 +27,13 @@ def test_reliability_plot_writes_a_png(tmp_path):
     """The reliability diagram is written as a PNG file."""
     path = reliability_plot({"p": (np.array([-0.5, 0.5]), np.array([-1.0, 1.0]))}, tmp_path / "r.png")
     assert path.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_eb_fusion_ratio_hand_value():
+    """μ = 0, V = 0.5, n0 = 2, k = 4: MSE_EB = (4·1 + 4·0.25)/36 = 5/36, MSE_GRPO = 1/4 → ratio 5/9, worth 4·9/5 − 4."""
+    import numpy as np
+
+    from v05.priors.metrics import eb_fusion_ratio
+
+    ratio, worth = eb_fusion_ratio(np.array([0.5]), np.array([2.0]), np.array([0.0]), k=4)
+    np.testing.assert_allclose([ratio, worth], [5 / 9, 4 * 9 / 5 - 4])

@@ -88,7 +88,8 @@ def run_eval(args: argparse.Namespace) -> int:
     )
     for r in results:
         log.info(
-            "%-12s %-10s %-7s mse %.4f mae %.4f auc_within %.3f auc_global %.3f gauc_step %.3f slope %.2f n %d",
+            "%-12s %-10s %-7s mse %.4f mae %.4f auc_within %.3f auc_global %.3f gauc_step %.3f slope %.2f n %d "
+            "| v05_eb@4/grpo@4 %.3f (worth %.2f rollouts)",
             r["provider"],
             r["split"],
             r["protocol"],
@@ -99,6 +100,8 @@ def run_eval(args: argparse.Namespace) -> int:
             r["gauc_step"],
             r["calibration_slope"],
             r["n"],
+            r["eb_over_grpo_k4"],
+            r["worth_k4"],
         )
     if args.json is not None:
         path = Path(args.json)

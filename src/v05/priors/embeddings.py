@@ -154,6 +154,10 @@ class SentenceTransformerBackend:
         return np.asarray(out, np.float64)
 
 
+DTYPES = ("float32", "bfloat16", "float16")
+"""Model dtypes for the torch backends (bfloat16 is the GPU setting for Qwen3-Embedding)."""
+
+
 @dataclass(kw_only=True, slots=True)
 class HFEncoderBackend:
     """Any local HF encoder, hidden states pooled at the ``last`` token (left padding; as V0) or by ``mean``."""
@@ -164,6 +168,7 @@ class HFEncoderBackend:
     batch_size: int = 8
     num_threads: int = 1
     device: str = "cpu"
+    dtype: str = "float32"
     normalize: bool = True
     truncated: int = field(default=0, init=False)
     model_: object = field(default=None, init=False, repr=False)
@@ -172,11 +177,14 @@ class HFEncoderBackend:
     def __post_init__(self) -> None:
         if self.pooling not in ("last", "mean"):
             raise ValueError(f"unknown pooling {self.pooling!r}; valid: last, mean")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {self.dtype!r}; valid: {', '.join(DTYPES)} (bfloat16 on GPUs)")
 
     @property
     def id(self) -> str:
         """Cache namespace: the backend's name and settings."""
-        return f"hf-{Path(self.path).name}-{self.pooling}-{self.max_length}"
+        suffix = "" if self.dtype == "float32" else f"-{self.dtype}"
+        return f"hf-{Path(self.path).name}-{self.pooling}-{self.max_length}{suffix}"
 
     def load(self) -> tuple[object, object]:
         """(tokenizer, model) from the local path; safetensors only, no remote code."""
@@ -193,7 +201,11 @@ class HFEncoderBackend:
             )
             self.model_ = (
                 AutoModel.from_pretrained(
-                    self.path, local_files_only=True, trust_remote_code=False, use_safetensors=True
+                    self.path,
+                    local_files_only=True,
+                    trust_remote_code=False,
+                    use_safetensors=True,
+                    dtype=getattr(torch, self.dtype),
                 )
                 .to(self.device)
                 .eval()

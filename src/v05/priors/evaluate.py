@@ -21,7 +21,7 @@ import numpy as np
 from v05.datasets.v0 import V0Dataset, V0Rows
 from v05.priors.base import PriorPrediction
 from v05.priors.embeddings import Embedder, make_backend
-from v05.priors.metrics import prior_metrics, reliability_plot
+from v05.priors.metrics import eb_fusion_ratio, prior_metrics, reliability_plot
 from v05.priors.providers import BaseProvider
 from v05.priors.registry import EMBEDDING_PROVIDERS, make_provider
 
@@ -184,7 +184,8 @@ def evaluate_v0(
 
     ``offline`` fits on the context and predicts each query split; ``online`` replays the split prequentially
     (calibration only). Rows carry ``provider, split, protocol, pooled, mse, mae, pearson, spearman, auc_within,
-    auc_global, gauc_step, calibration_slope, bias, n, tau2_mean, n0_mean``.
+    auc_global, gauc_step, calibration_slope, bias, n, tau2_mean, n0_mean, eb_over_grpo_k4, worth_k4``
+    (``v05_eb`` at k = 4 with the provider's own n0 against GRPO, exact, plug-in truth; see ``eb_fusion_ratio``).
     """
     bad = [p for p in protocols if p not in ("offline", "online")]
     if bad:
@@ -216,6 +217,7 @@ def evaluate_v0(
                 tasks.append((split, "online", rows, pred))
         for split, protocol, rows, pred in tasks:
             met = prior_metrics(pred.mean, rows.score, rows.snapshot, _steps(dataset, rows)).to_dict()
+            ratio, worth = eb_fusion_ratio(pred.mean, pred.n0, rows.score, k=4)
             results.append(
                 {
                     "provider": name,
@@ -225,6 +227,8 @@ def evaluate_v0(
                     **met,
                     "tau2_mean": float(np.mean(pred.tau2)),
                     "n0_mean": float(np.mean(pred.n0)),
+                    "eb_over_grpo_k4": ratio,
+                    "worth_k4": worth,
                 }
             )
             if protocol in ("cv", "offline"):

@@ -84,6 +84,22 @@ def prior_metrics(pred: FloatArray, score: FloatArray, snapshot: np.ndarray, ste
     )
 
 
+def eb_fusion_ratio(pred: FloatArray, n0: FloatArray, score: FloatArray, k: int = 4) -> tuple[float, float]:
+    r"""What a prior is worth to ``v05_eb`` at group size k, exactly, with plug-in truth μ = score (±1 space).
+
+        MSE_EB = mean[(k(1 − μ²) + n0²(V − μ)²) / (n0 + k)²],   MSE_GRPO = mean[(1 − μ²)/k]
+
+    (the binomial expectation of b = (n0·V + k·v̄)/(n0 + k) with n0 and V fixed). Returns
+    ``(MSE_EB / MSE_GRPO, worth)`` with worth = k·MSE_GRPO/MSE_EB − k, the extra rollouts the prior is worth.
+    """
+    v, mu, n0 = np.clip(pred, -1.0, 1.0), score, np.asarray(n0, np.float64)
+    var = 1.0 - mu * mu
+    mse_eb = float(np.mean((k * var + n0 * n0 * (v - mu) ** 2) / (n0 + k) ** 2))
+    mse_grpo = float(np.mean(var / k))
+    ratio = mse_eb / mse_grpo if mse_grpo > 0 else float("nan")
+    return ratio, k / ratio - k if ratio > 0 else float("nan")
+
+
 def reliability_table(pred: FloatArray, score: FloatArray, bins: int = 8) -> list[tuple[float, float, int]]:
     """(mean ŷ, mean s, count) per equal-width bin of ŷ over [−1, 1], empty bins skipped."""
     edges = np.linspace(-1, 1, bins + 1)

@@ -188,6 +188,8 @@ class V0AdapterBackend:
         adapter: path of the adapter checkpoint (safetensors or weights-only torch file).
         encoder: local directory of the embedding model (Qwen3-Embedding-0.6B for the released V0).
         max_length: tokenizer truncation (V0: 2,048); longer prompts are counted in ``truncated``.
+        device: torch device of encoder and adapter (``"cuda"`` on a GPU).
+        dtype: encoder dtype (``"bfloat16"`` on a GPU); the adapter runs in float32 as in V0.
     """
 
     adapter: str
@@ -196,6 +198,8 @@ class V0AdapterBackend:
     batch_size: int = 4
     num_heads: int = 3
     num_threads: int = 1
+    device: str = "cpu"
+    dtype: str = "float32"
     truncated: int = field(default=0, init=False)
     encoder_: HFEncoderBackend | None = field(default=None, init=False, repr=False)
     adapter_: object = field(default=None, init=False, repr=False)
@@ -211,8 +215,10 @@ class V0AdapterBackend:
         from tqdm.auto import tqdm
 
         if self.adapter_ is None:
-            self.adapter_ = load_adapter(self.adapter, num_heads=self.num_heads)
+            self.adapter_ = load_adapter(self.adapter, num_heads=self.num_heads).to(self.device)  # type: ignore[attr-defined]
             self.encoder_ = HFEncoderBackend(
+                device=self.device,
+                dtype=self.dtype,
                 path=self.encoder,
                 pooling="last",
                 max_length=self.max_length,
