@@ -64,8 +64,13 @@ def main() -> None:
     texts = ds.texts(ds.context.prompt_id[:512])
     tmp = Path(tempfile.mkdtemp())
     enc = save_encoder(
-        tmp / "tiny", hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=16,
+        tmp / "tiny",
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
     )
     ref = HFEncoderBackend(path=str(enc), batch_size=32).encode(texts[:64])
     for dtype in ("float32", "bfloat16"):
@@ -83,8 +88,13 @@ def main() -> None:
     if args.big:
         t = time.perf_counter()
         big = save_encoder(
-            tmp / "qwen3-embedding-0.6b-shape", hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
-            num_attention_heads=16, num_key_value_heads=8, head_dim=128,
+            tmp / "qwen3-embedding-0.6b-shape",
+            hidden_size=1024,
+            intermediate_size=3072,
+            num_hidden_layers=28,
+            num_attention_heads=16,
+            num_key_value_heads=8,
+            head_dim=128,
         )
         out["big_build_seconds"] = time.perf_counter() - t
         backend = HFEncoderBackend(path=str(big), device="cuda", dtype="bfloat16", batch_size=64, max_length=2048)
@@ -95,8 +105,12 @@ def main() -> None:
         torch.cuda.synchronize()
         sec = time.perf_counter() - t
         out["big_encoder_bf16"] = {
-            "prompts": len(texts), "seconds": sec, "prompts_per_s": len(texts) / sec, "dim": int(emb.shape[1]),
-            "finite": bool(np.all(np.isfinite(emb))), "truncated": backend.truncated,
+            "prompts": len(texts),
+            "seconds": sec,
+            "prompts_per_s": len(texts) / sec,
+            "dim": int(emb.shape[1]),
+            "finite": bool(np.all(np.isfinite(emb))),
+            "truncated": backend.truncated,
         }
     Path(args.json).write_text(json.dumps(out, indent=2))
     print(json.dumps(out, indent=2))

@@ -87,7 +87,8 @@ def test_pseudo_count_matches_loop_and_limits(batch):
     np.testing.assert_allclose(pseudo_count_fusion(r, g, prior, np.zeros(n_g)), group_mean(r, g), atol=1e-12)
     multi = segment_count(g)[g] > 1
     np.testing.assert_allclose(
-        pseudo_count_fusion(r, g, prior, np.zeros(n_g), leave_one_out=True)[multi], leave_one_out(r, g)[multi],
+        pseudo_count_fusion(r, g, prior, np.zeros(n_g), leave_one_out=True)[multi],
+        leave_one_out(r, g)[multi],
         atol=1e-12,
     )
     for loo in (False, True):

@@ -71,6 +71,8 @@ def test_import_is_fast_and_torch_free():
         "import time, sys; t = time.perf_counter(); import v05, v05.allocation; "
         "print(time.perf_counter() - t, 'torch' in sys.modules)"
     )
-    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
-            for _ in range(3)]
+    runs = [
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+        for _ in range(3)
+    ]
     assert all(r[1] == "False" for r in runs)

@@ -30,7 +30,9 @@ def as_float_1d(x: object, name: str, *, allow_empty: bool = False) -> FloatArra
     bad = ~np.isfinite(arr)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"{name} contains {int(bad.sum())} non-finite value(s) (first: {float(arr[i])!r} at index {i})")
+        raise ValueError(
+            f"{name} contains {int(bad.sum())} non-finite value(s) (first: {float(arr[i])!r} at index {i})"
+        )
     return arr
 
 
@@ -43,7 +45,9 @@ def as_index_1d(x: object, name: str, *, allow_empty: bool = False) -> IntArray:
         raise ValueError(f"{name} is empty")
     if arr.dtype.kind == "f":
         if not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr)):
-            raise ValueError(f"{name} must hold integers, got non-integer values such as {arr[arr != np.round(arr)][:3]}")
+            raise ValueError(
+                f"{name} must hold integers, got non-integer values such as {arr[arr != np.round(arr)][:3]}"
+            )
     elif arr.dtype.kind not in "iub" and arr.size:
         raise ValueError(f"{name} must hold integers, got dtype {arr.dtype}")
     out = arr.astype(np.int64)
@@ -73,7 +77,7 @@ def check_in_range(x: FloatArray, name: str, reward_range: str) -> None:
 
 def check_same_length(arrays: Sequence[np.ndarray], names: Sequence[str]) -> None:
     """Reject arrays whose lengths differ, naming each length."""
-    lengths = {n: len(a) for a, n in zip(arrays, names)}
+    lengths = {n: len(a) for a, n in zip(arrays, names, strict=True)}
     if len(set(lengths.values())) > 1:
         desc = ", ".join(f"{n}: {k}" for n, k in lengths.items())
         raise ValueError(f"length mismatch ({desc})")

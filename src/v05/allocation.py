@@ -189,7 +189,6 @@ def allocate(
     return Allocation(rewards, prompt, counts, np.asarray(kept, bool) & (counts > 0), rounds, new_state)
 
 
-
 def check_int(value: object, name: str, minimum: int, *, hint: str = "") -> None:
     """Reject a config value that is not an integer ≥ ``minimum`` (bools and whole floats included)."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
@@ -322,8 +321,11 @@ class DynamicSampling:
         kept[list(s.kept[: self.batch_size])] = True
         logger.debug("dynamic_sampling: %d round(s), %d rollouts, %d group(s) kept", s.rounds, s.spent, kept.sum())
         if len(s.kept) < self.batch_size:
-            logger.info("dynamic_sampling kept %d of batch_size=%d groups (rounds or pool ran out)",
-                        len(s.kept), self.batch_size)
+            logger.info(
+                "dynamic_sampling kept %d of batch_size=%d groups (rounds or pool ran out)",
+                len(s.kept),
+                self.batch_size,
+            )
         return kept, None
 
 

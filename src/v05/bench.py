@@ -44,12 +44,16 @@ def best_time(fn: Callable[[], object], repeats: int) -> float:
 def import_time(repeats: int = 5) -> float:
     """Median cold ``import v05`` time in a fresh interpreter (seconds)."""
     code = "import time; t = time.perf_counter(); import v05; print(time.perf_counter() - t)"
-    runs = [float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
-            for _ in range(repeats)]
+    runs = [
+        float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+        for _ in range(repeats)
+    ]
     return statistics.median(runs)
 
 
-def bench_core(n_rollouts: int = 1 << 20, n_groups: int = 1 << 16, repeats: int = 3, seed: int = 0) -> dict[str, object]:
+def bench_core(
+    n_rollouts: int = 1 << 20, n_groups: int = 1 << 16, repeats: int = 3, seed: int = 0
+) -> dict[str, object]:
     """Time every registered estimator (and verl's GRPO if importable) on one ragged batch."""
     rng = np.random.default_rng(seed)
     rewards, group = ragged_batch(n_rollouts, n_groups, rng)

@@ -173,9 +173,7 @@ class BetaHistory:
         all_beta = np.concatenate([self.beta[keep], beta])
         all_step = np.concatenate([self.last_step[keep], np.full(len(keys), step, np.int64)])
         order = np.argsort(all_keys, kind="stable")
-        return BetaHistory(
-            all_keys[order], all_alpha[order], all_beta[order], all_step[order], self.alpha0, self.beta0
-        )
+        return BetaHistory(all_keys[order], all_alpha[order], all_beta[order], all_step[order], self.alpha0, self.beta0)
 
     def to_dict(self) -> dict[str, object]:
         """JSON-serialisable form (keys as a list; never pickle)."""
@@ -197,8 +195,12 @@ class BetaHistory:
         order = np.argsort(keys, kind="stable")
         arr = {n: np.asarray(d[n], dtype=np.float64)[order] for n in ("alpha", "beta")}
         return cls(
-            keys[order], arr["alpha"], arr["beta"], np.asarray(d["last_step"], np.int64)[order],
-            float(d["alpha0"]), float(d["beta0"]),  # type: ignore[arg-type]
+            keys[order],
+            arr["alpha"],
+            arr["beta"],
+            np.asarray(d["last_step"], np.int64)[order],
+            float(d["alpha0"]),
+            float(d["beta0"]),  # type: ignore[arg-type]
         )
 
 

@@ -52,7 +52,7 @@ def test_rloo_matches_verl(seed):
 
 
 def test_singleton_groups_deliberately_differ_from_verl():
-    """Documented deviation: verl gives a singleton group mean 0 / std 1 (A = r); v05 gives A = 0. Other groups agree."""
+    """Documented deviation: verl gives a singleton mean 0 / std 1 (A = r); v05 gives A = 0. Other groups agree."""
     r, g = np.array([1.0, -1.0, 1.0, 0.6]), np.array([0, 0, 1, 2])
     ours = compute_advantages("grpo", r, g)
     theirs = _verl(core_algos.compute_grpo_outcome_advantage, r, g)

@@ -86,8 +86,26 @@ def test_simulate_any_v0_directory(tmp_path):
     (d / "train.jsonl").write_text("\n".join(rows[:40]) + "\n")
     (d / "test_query.jsonl").write_text("\n".join(rows[40:64]) + "\n")
     path = tmp_path / "r.json"
-    argv = ["simulate", "--v0-data", str(d), "--splits", "train", "--ks", "4", "--reps", "2", "--estimators",
-            "grpo,v05", "--allocators", "fixed", "--noise-sweep", "none", "--json", str(path), "--quiet"]
+    argv = [
+        "simulate",
+        "--v0-data",
+        str(d),
+        "--splits",
+        "train",
+        "--ks",
+        "4",
+        "--reps",
+        "2",
+        "--estimators",
+        "grpo,v05",
+        "--allocators",
+        "fixed",
+        "--noise-sweep",
+        "none",
+        "--json",
+        str(path),
+        "--quiet",
+    ]
     assert main(argv) == 0
     data = json.loads(path.read_text())
     assert data["config"]["population_prompts"] == 40

@@ -42,8 +42,15 @@ def test_monte_carlo_agrees_with_exact(population):
 
 def test_state_exact_agrees_with_monte_carlo(population):
     """v05_eb scored exactly given its state agrees with fully sampled scoring within 4·SE (seeded)."""
-    cfg = SimConfig(estimators=("v05_eb",), allocators=("fixed", "fixed:batch_size=1000"), ks=(4,), noise_sweep=(),
-                    reps=24, equal_budget=False, seed=5)
+    cfg = SimConfig(
+        estimators=("v05_eb",),
+        allocators=("fixed", "fixed:batch_size=1000"),
+        ks=(4,),
+        noise_sweep=(),
+        reps=24,
+        equal_budget=False,
+        seed=5,
+    )
     recs = _by(run_simulation(population, cfg).records, "allocator")
     exact, mc = recs["fixed"], recs["fixed:batch_size=1000"]
     assert exact["method"] == "exact_given_state" and mc["method"] == "monte_carlo"

@@ -143,7 +143,9 @@ def load_v0(path: str | Path | None = None) -> V0Dataset:
         keys = np.array([k for k, _, _ in rows], dtype=object)
         missing = [k for k in keys if k not in prompts]
         if missing:
-            raise ValueError(f"{root}: {len(missing)} prompt key(s) of {name} not in {prompt_file.name}, e.g. {missing[0]}")
+            raise ValueError(
+                f"{root}: {len(missing)} prompt key(s) of {name} not in {prompt_file.name}, e.g. {missing[0]}"
+            )
         tables[name] = V0Rows(
             keys,
             np.array([s for _, s, _ in rows], dtype=np.float64),

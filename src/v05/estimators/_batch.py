@@ -62,13 +62,20 @@ def per_group(values: object, name: str, group: IntArray, n_groups: int, reward_
         bad = np.flatnonzero(np.abs(v - v_g[group]) > 1e-12)
         if bad.size:
             g = int(group[bad[0]])
-            raise ValueError(f"{name} given per rollout must be constant within each group; group {g} has several values")
+            raise ValueError(
+                f"{name} given per rollout must be constant within each group; group {g} has several values"
+            )
         return v_g
     raise ValueError(f"{name} must have one value per group ({n_groups}) or per rollout ({len(group)}), got {len(v)}")
 
 
 def prepare(
-    rewards: object, group: object, *, prior: object = None, reward_range: RewardRange = "pm1", prior_name: str = "prior"
+    rewards: object,
+    group: object,
+    *,
+    prior: object = None,
+    reward_range: RewardRange = "pm1",
+    prior_name: str = "prior",
 ) -> Batch:
     """Validate a batch at the public entry (1-D, finite, in range, equal lengths, dense group ids)."""
     check_reward_range(reward_range)

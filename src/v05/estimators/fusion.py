@@ -18,7 +18,7 @@ from v05._checks import RewardRange, check_positive
 from v05._types import FloatArray
 from v05.advantages import Scale, scale_advantages
 from v05.baselines import NoiseModel, Switch, pseudo_count_fusion, v05_shrinkage
-from v05.estimators._batch import Estimate, check_scale, per_group, prepare, require_prior
+from v05.estimators._batch import Estimate, check_scale, prepare, require_prior
 from v05.groups import segment_mean, segment_var
 from v05.rewards import from_pm1, to_pm1
 
@@ -97,7 +97,11 @@ class PriorErrorState:
         """Append one step's sums, dropping steps older than ``window``."""
         w = self.window
         return PriorErrorState(
-            w, (self.d2 + (d2,))[-w:], (self.noise + (noise,))[-w:], (self.var + (var,))[-w:], (self.count + (count,))[-w:]
+            w,
+            (self.d2 + (d2,))[-w:],
+            (self.noise + (noise,))[-w:],
+            (self.var + (var,))[-w:],
+            (self.count + (count,))[-w:],
         )
 
     def tau2(self, floor: float = 1e-2) -> float:
