@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 from rich.console import Console
 
+from v05.registry import ALLOCATORS, ESTIMATORS
 from v05.sim.claims import summarize_claims
 from v05.sim.config import SimConfig
 from v05.sim.populations import BETA_MIXTURES, Population, synthetic_population, v0_population
@@ -95,15 +96,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "--estimators",
         metavar="LIST",
         default=",".join(d.estimators),
-        help="comma list of estimators (grpo, drgrpo, rloo, reinforce_pp_baseline, dbb, v05, v05_eb, "
-        "oracle), options as name:key=value,... e.g. v05_eb:loo=true",
+        help=f"comma list of estimators ({', '.join(ESTIMATORS)}), options as name:key=value,... "
+        "e.g. v05_eb:loo=true",
     )
     p.add_argument(
         "--allocators",
         metavar="LIST",
         default=",".join(d.allocators),
-        help="comma list of allocators (fixed, osla, dynamic_sampling, sara, dps), options as "
-        "osla:schedule=jump; --ks sets each one's base group size",
+        help=f"comma list of allocators ({', '.join(ALLOCATORS)}), options as osla:schedule=jump; "
+        "--ks sets each one's base group size",
     )
     p.add_argument(
         "--prior",
