@@ -23,6 +23,8 @@ from v05.registry import ESTIMATORS, estimate
 
 def ragged_batch(n_rollouts: int, n_groups: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """±1 rewards (N,) in ``n_groups`` ragged groups (sizes 1..2N/G), shuffled, every group non-empty."""
+    if n_groups < 1 or n_rollouts < 1:
+        raise ValueError(f"n_rollouts and n_groups must be >= 1, got {n_rollouts} and {n_groups}")
     if n_groups > n_rollouts:
         raise ValueError(f"n_groups ({n_groups}) must not exceed n_rollouts ({n_rollouts})")
     extra = rng.multinomial(n_rollouts - n_groups, np.full(n_groups, 1.0 / n_groups))
@@ -55,6 +57,8 @@ def bench_core(
     n_rollouts: int = 1 << 20, n_groups: int = 1 << 16, repeats: int = 3, seed: int = 0
 ) -> dict[str, object]:
     """Time every registered estimator (and verl's GRPO if importable) on one ragged batch."""
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
     rng = np.random.default_rng(seed)
     rewards, group = ragged_batch(n_rollouts, n_groups, rng)
     prior = rng.uniform(-1, 1, n_groups)
