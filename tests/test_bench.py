@@ -17,7 +17,8 @@ def test_ragged_batch_shapes_and_groups():
 def test_bench_core_smoke(tmp_path):
     """`v05 bench core` on a tiny batch exits 0 and writes timings for every estimator (tiny budget smoke run)."""
     out = tmp_path / "bench.json"
-    assert main(["bench", "core", "--n-rollouts", "2000", "--n-groups", "100", "--repeats", "1", "--json", str(out)]) == 0
+    argv = ["bench", "core", "--n-rollouts", "2000", "--n-groups", "100", "--repeats", "1", "--json", str(out)]
+    assert main(argv) == 0
     res = json.loads(out.read_text())
     assert set(res["seconds"]) >= {"grpo", "v05", "v05_eb"} and res["import_seconds"] > 0
 

@@ -96,8 +96,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "--estimators",
         metavar="LIST",
         default=",".join(d.estimators),
-        help=f"comma list of estimators ({', '.join(ESTIMATORS)}), options as name:key=value,... "
-        "e.g. v05_eb:loo=true",
+        help=f"comma list of estimators ({', '.join(ESTIMATORS)}), options as name:key=value,... e.g. v05_eb:loo=true",
     )
     p.add_argument(
         "--allocators",
