@@ -135,12 +135,11 @@ def test_fusion_needs_a_prior_and_valid_options():
         PriorErrorState(window=0)
 
 
-def test_v05_eb_without_variance_evidence_falls_back_to_group_mean():
-    """All groups of k = 1 and no history: τ² cannot be estimated, so n0 = 0 (b = r̄) with a warning; a given τ²
-    still fuses (σ̄² defaults to the bound 1, so n0 = 1/τ²)."""
+def test_v05_eb_single_rollouts_use_the_plugin_variance():
+    """k = 1 groups have no variance estimate; they enter τ² with the plug-in 1 − V²: r = (1, −1, 1), V = (0, 0, 0.5):
+    Σ(v̄ − V)² = 1 + 1 + 0.25 = 2.25, Σ ŝ² = 1 + 1 + 0.75 = 2.75 → τ̂² = (2.25 − 2.75)/3 < floor 0.01 → τ² = 0.01,
+    σ̄² = 2.75/3 → n0 = 91.67."""
     r, g = np.array([1.0, -1.0, 1.0]), np.arange(3)
-    with pytest.warns(RuntimeWarning, match="tau2"):
-        est = v05_eb(r, g, prior=[0.0, 0.0, 0.0])
-    np.testing.assert_array_equal(est.n0, 0.0)
-    np.testing.assert_allclose(est.baseline, r)
+    est = v05_eb(r, g, prior=[0.0, 0.0, 0.5], guard_z=None)
+    np.testing.assert_allclose(est.n0, 2.75 / 3 / 0.01)
     np.testing.assert_allclose(v05_eb(r, g, prior=[0.0] * 3, tau2=0.5, guard_z=None).n0, 2.0)

@@ -9,7 +9,6 @@ Deviations: the paper's OSLA and test are as SPEC §3.1–3.3 reconstructs them;
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -67,8 +66,8 @@ def v05(
 class PriorErrorState:
     """Running statistics of a prior's error over the last ``window`` steps (±1 space), for ``v05_eb``.
 
-    Per step it keeps, over groups with k ≥ 2: Σ (v̄ − V)², Σ s²/k (sampling noise of v̄), Σ s² (s² the unbiased
-    within-group variance) and the number of such groups.
+    Per step it keeps (see :func:`prior_error_stats`): Σ (v̄ − V)², Σ s²/k (sampling noise of v̄), Σ s² (s² the
+    unbiased within-group variance) and the number of groups.
 
     Attributes:
         window: number of recent steps kept.
@@ -116,10 +115,24 @@ class PriorErrorState:
 
 
 def prior_error_stats(vbar_g: FloatArray, prior_g: FloatArray, var_g: FloatArray, k_g: FloatArray) -> tuple[float, ...]:
-    """One step's (Σ (v̄ − V)², Σ s²/k, Σ s², count) over groups with k ≥ 2 (±1 space)."""
-    m = k_g >= 2
-    d = vbar_g[m] - prior_g[m]
-    return float(np.sum(d * d)), float(np.sum(var_g[m] / k_g[m])), float(np.sum(var_g[m])), int(m.sum())
+    r"""One step's sums behind the noise-corrected prior error (±1 space): (Σ (v̄ − V)², Σ ŝ²/k, Σ ŝ², G).
+
+        ŝ²_g = s²_g (the unbiased within-group variance) if k_g ≥ 2, else the plug-in 1 − V_g²
+        τ̂² = (Σ (v̄ − V)² − Σ ŝ²/k) / G,   σ̄² = Σ ŝ² / G   (:class:`PriorErrorState`)
+
+    E[(v̄ − V)²] = τ² + E[Var r]/k and E[s²] = Var r, so τ̂² and σ̄² are unbiased when every k ≥ 2. A single rollout has
+    no variance estimate; its plug-in 1 − V² (the Bernoulli variance at the prior) is biased when V is. This is the
+    one implementation of the estimate: ``v05_eb`` and the prior providers' calibration both use it.
+
+    Args:
+        vbar_g: (G,) group means v̄.
+        prior_g: (G,) priors V.
+        var_g: (G,) unbiased within-group variances s² (read only where k ≥ 2).
+        k_g: (G,) rollouts per group (≥ 1).
+    """
+    var_hat = np.where(k_g >= 2, var_g, 1.0 - prior_g * prior_g)  # (G,)
+    d = vbar_g - prior_g
+    return float(np.sum(d * d)), float(np.sum(var_hat / k_g)), float(np.sum(var_hat)), len(k_g)
 
 
 def v05_eb(
@@ -150,9 +163,9 @@ def v05_eb(
     (n0 → 0 for that prompt; ``reject`` marks it). ``guard_z=None`` disables it.
     Bias: the plain form includes r_i in b_i (like the group mean); the LOO form is unbiased when n0 and V do not
     depend on the batch (fixed n0, or the state path). Limits: n0 → 0 gives the (LOO) group mean, n0 → ∞ gives V.
-    Degenerate cases: all-equal groups keep signal (b ≠ r unless V = r); k = 1 groups enter neither τ² nor σ̄²
-    (a binary reward's variance needs two draws), so a batch and history with no group of k ≥ 2 give n0 = 0 (the
-    group mean) with a warning unless ``tau2`` or ``n0`` is passed; LOO with n0 = 0 and k = 1 returns b = V.
+    Degenerate cases: all-equal groups keep signal (b ≠ r unless V = r); a k = 1 group has no variance estimate and
+    enters τ² and σ̄² with the plug-in 1 − V² (see :func:`prior_error_stats`; biased when V is); LOO with n0 = 0
+    and k = 1 returns b = V.
 
     References: ours (SPEC §3.4); the pseudo-count view of a Beta prior; the V0.5 test as guard (arXiv:2603.10848).
     """
@@ -165,7 +178,7 @@ def v05_eb(
     r_pm1 = to_pm1(b.rewards, reward_range)  # (N,)
     k_g = b.n_g.astype(np.float64)
     vbar_g = segment_mean(r_pm1, b.group, b.n_groups)  # (G,)
-    var_g = np.nan_to_num(segment_var(r_pm1, b.group, b.n_groups, ddof=1))  # (G,) 0 where k = 1 (unused there)
+    var_g = np.nan_to_num(segment_var(r_pm1, b.group, b.n_groups, ddof=1))  # (G,) nan → 0 where k = 1 (unread)
     step_stats = prior_error_stats(vbar_g, prior_g, var_g, k_g)
     state_in = state if state is not None else PriorErrorState()
     basis = state_in if state_in.n_groups >= min_groups else state_in.push(*step_stats)
@@ -177,14 +190,6 @@ def v05_eb(
         n0_g = np.broadcast_to(np.asarray(n0, np.float64), (b.n_groups,)).copy()
         if not np.all(np.isfinite(n0_g)) or np.any(n0_g < 0):
             raise ValueError(f"n0 must be finite and >= 0, got {n0!r}")
-    elif tau2 is None and basis.n_groups == 0:
-        # no group with k ≥ 2 in the batch or history: nothing measures the prior's error, so trust it with 0
-        warnings.warn(
-            "v05_eb: no group with >= 2 rollouts to estimate tau2; using n0 = 0 (pass tau2= or n0=)",
-            RuntimeWarning,
-            stacklevel=2,
-        )
-        n0_g = np.zeros(b.n_groups)
     else:
         n0_g = np.full(b.n_groups, sigma2_hat / tau2_hat)
     reject = np.zeros(b.n_groups, bool)

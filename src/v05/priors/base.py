@@ -9,6 +9,7 @@ group means v̄ (k rollouts each) corrects for their sampling noise (SPEC §3.4,
     n0  = σ̄² / τ̂²                                                               (the prior is worth n0 rollouts)
 
 Deviation: a group with k = 1 has no unbiased noise estimate; its noise term uses the plug-in (1 − V²)/1 instead.
+The sums are :func:`v05.estimators.fusion.prior_error_stats`, shared with the ``v05_eb`` estimator.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from v05._types import FloatArray
+from v05.estimators.fusion import prior_error_stats
 from v05.posterior import BetaPosterior
 
 TAU2_FLOOR = 1e-3
@@ -140,14 +142,12 @@ def calibrate(
         return Calibration(nan, nan, nan, 0, nan, nan, nan)
     if np.any(k < 1):
         raise ValueError(f"counts must be >= 1, got min {k.min()}")
-    multi = k > 1
-    k_safe = np.where(multi, k, 2.0)
-    noise_i = np.where(multi, (1 - vbar**2) / (k_safe - 1), (1 - v**2) / k)  # (G,) estimate of Var v̄
-    sigma2_i = np.where(multi, (1 - vbar**2) * k_safe / (k_safe - 1), 1 - v**2)  # (G,) estimate of 1 − μ²
-    mse = float(np.mean((vbar - v) ** 2))
-    noise = float(np.mean(noise_i))
+    k_safe = np.maximum(k, 2.0)
+    s2 = (1 - vbar**2) * k_safe / (k_safe - 1)  # (G,) unbiased variance of ±1 rewards (read where k ≥ 2)
+    d2, noise_sum, var_sum, n = prior_error_stats(vbar, v, s2, k)  # the one implementation (v05_eb uses it too)
+    mse, noise = d2 / n, noise_sum / n
     tau2 = max(mse - noise, floor)
-    sigma2 = max(float(np.mean(sigma2_i)), floor)  # all-deterministic outcomes would give n0 = 0 and 0/0 later
+    sigma2 = max(var_sum / n, floor)  # all-deterministic outcomes would give n0 = 0 and 0/0 later
     return Calibration(tau2, auc_score(v, vbar > 0), sigma2 / tau2, int(v.size), mse, noise, sigma2)
 
 
