@@ -93,3 +93,9 @@ def check_probability(value: float, name: str) -> None:
     """Reject a scalar that is not in [0, 1]."""
     if not (0.0 <= value <= 1.0):
         raise ValueError(f"{name} must lie in [0, 1], got {value!r}")
+
+
+def check_int(value: object, name: str, minimum: int, *, hint: str = "") -> None:
+    """Reject a config value that is not an integer ≥ ``minimum`` (bools and whole floats included)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}{hint}")

@@ -26,7 +26,7 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
-from v05._checks import RewardRange, as_float_1d, check_in_range, check_reward_range
+from v05._checks import RewardRange, as_float_1d, check_in_range, check_int, check_reward_range
 from v05._types import BoolArray, FloatArray, IntArray
 from v05.groups import group_index
 
@@ -189,12 +189,6 @@ def allocate(
     return Allocation(rewards, prompt, counts, np.asarray(kept, bool) & (counts > 0), rounds, new_state)
 
 
-def check_int(value: object, name: str, minimum: int, *, hint: str = "") -> None:
-    """Reject a config value that is not an integer ≥ ``minimum`` (bools and whole floats included)."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}{hint}")
-
-
 def check_order(order: str) -> None:
     """Reject an unknown prompt order, listing the valid ones."""
     if order not in ("pool", "random"):
@@ -339,7 +333,6 @@ __all__ = [
     "Pool",
     "SampleFn",
     "allocate",
-    "check_int",
     "check_order",
     "group_extremes",
     "prompt_order",

@@ -20,9 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from v05._checks import RewardRange
+from v05._checks import RewardRange, check_int
 from v05._types import BoolArray, FloatArray, IntArray
-from v05.allocation import Draw, Pool, check_int
+from v05.allocation import Draw, Pool
+from v05.keyed import find, upsert
 from v05.rewards import to_pm1
 
 UNSOLVED, PARTIAL, SOLVED = 0, 1, 2
@@ -87,10 +88,8 @@ class DpsState:
         """(α, π) for each key; unknown keys get α₀·ones and the uniform belief."""
         n = len(keys)
         alpha, belief = np.full((n, 3, 3), float(alpha0)), np.full((n, 3), 1.0 / 3.0)
-        if self.keys.size:
-            pos = np.minimum(np.searchsorted(self.keys, keys), len(self.keys) - 1)
-            found = self.keys[pos] == keys
-            alpha[found], belief[found] = self.alpha[pos[found]], self.belief[pos[found]]
+        pos, found = find(self.keys, keys)
+        alpha[found], belief[found] = self.alpha[pos[found]], self.belief[pos[found]]
         return alpha, belief
 
 
@@ -170,15 +169,10 @@ class DPS:
         alpha_sel, belief_sel = hmm_update(
             s.alpha[sel], s.belief[sel], observed[sel], lambda_=self.lambda_, alpha0=self.alpha0
         )
-        rest = ~np.isin(s.state.keys, s.keys[sel])  # (S,) stored prompts not selected this step
-        alpha_rest, belief_rest = hmm_propagate(
-            s.state.alpha[rest], s.state.belief[rest], lambda_=self.lambda_, alpha0=self.alpha0
-        )
-        keys = np.concatenate([s.state.keys[rest], s.keys[sel]]) if s.state.keys.size else s.keys[sel]
-        order = np.argsort(keys, kind="stable")
-        alpha = np.concatenate([alpha_rest, alpha_sel])[order]
-        belief = np.concatenate([belief_rest, belief_sel])[order]
-        return s.selected.copy(), DpsState(keys[order], alpha, belief)
+        # every stored prompt is propagated one step; the selected ones are then overwritten by their update
+        alpha_all, belief_all = hmm_propagate(s.state.alpha, s.state.belief, lambda_=self.lambda_, alpha0=self.alpha0)
+        keys, (alpha, belief) = upsert(s.state.keys, (alpha_all, belief_all), s.keys[sel], (alpha_sel, belief_sel))
+        return s.selected.copy(), DpsState(keys, alpha, belief)
 
 
 __all__ = ["DPS", "DpsState", "hmm_propagate", "hmm_update", "transition_matrix"]

@@ -23,6 +23,7 @@ from typing import Literal
 import numpy as np
 
 from v05._types import FloatArray
+from v05.keyed import find, upsert
 
 Decay = Literal["visit", "step"]
 
@@ -107,18 +108,9 @@ class BetaHistory:
             raise ValueError(f"alpha0 and beta0 must be > 0, got {alpha0}, {beta0}")
         return cls(np.array([], dtype=np.int64), np.zeros(0), np.zeros(0), np.zeros(0, np.int64), alpha0, beta0)
 
-    def _find(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Positions of ``keys`` in ``self.keys`` and a mask of which are present."""
-        if self.keys.size == 0:
-            return np.zeros(len(keys), np.int64), np.zeros(len(keys), bool)
-        pos = np.searchsorted(self.keys, keys)
-        pos_c = np.minimum(pos, len(self.keys) - 1)
-        return pos_c, self.keys[pos_c] == keys
-
     def lookup(self, keys: np.ndarray) -> tuple[FloatArray, FloatArray]:
         """(α, β) for each key; unseen keys get (α₀, β₀)."""
-        keys = np.asarray(keys)
-        pos, found = self._find(keys)
+        pos, found = find(self.keys, keys)
         alpha = np.where(found, self.alpha[pos] if self.keys.size else 0.0, self.alpha0)
         beta = np.where(found, self.beta[pos] if self.keys.size else 0.0, self.beta0)
         return alpha.astype(np.float64), beta.astype(np.float64)
@@ -157,7 +149,7 @@ class BetaHistory:
             raise ValueError(f"lambda_ must lie in (0, 1], got {lambda_}")
         if decay not in ("visit", "step"):
             raise ValueError(f"unknown decay {decay!r}; valid: visit, step")
-        pos, found = self._find(keys)
+        pos, found = find(self.keys, keys)
         alpha, beta = self.lookup(keys)
         if decay == "visit":
             lam = np.full(len(keys), lambda_)
@@ -167,13 +159,13 @@ class BetaHistory:
         lam = np.where(found, lam, 1.0)  # an unseen prompt starts at the prior: nothing to discount
         alpha = lam * alpha + (1 - lam) * self.alpha0 + successes
         beta = lam * beta + (1 - lam) * self.beta0 + (trials - successes)
-        keep = ~np.isin(self.keys, keys)  # (P,) prompts not visited this step keep their counts
-        all_keys = np.concatenate([self.keys[keep], keys]) if self.keys.size else keys
-        all_alpha = np.concatenate([self.alpha[keep], alpha])
-        all_beta = np.concatenate([self.beta[keep], beta])
-        all_step = np.concatenate([self.last_step[keep], np.full(len(keys), step, np.int64)])
-        order = np.argsort(all_keys, kind="stable")
-        return BetaHistory(all_keys[order], all_alpha[order], all_beta[order], all_step[order], self.alpha0, self.beta0)
+        new_keys, (new_alpha, new_beta, new_step) = upsert(
+            self.keys,
+            (self.alpha, self.beta, self.last_step),
+            keys,
+            (alpha, beta, np.full(len(keys), step, np.int64)),
+        )
+        return BetaHistory(new_keys, new_alpha, new_beta, new_step, self.alpha0, self.beta0)
 
     def to_dict(self) -> dict[str, object]:
         """JSON-serialisable form (keys as a list; never pickle)."""

@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from v05._checks import as_float_1d, check_probability
+from v05._checks import as_float_1d, check_int, check_probability
 from v05._types import BoolArray, FloatArray, IntArray
-from v05.allocation import Draw, Order, Pool, check_int, check_order, prompt_order
+from v05.allocation import Draw, Order, Pool, check_order, prompt_order
 from v05.posterior import BetaHistory, BetaPosterior
 
 logger = logging.getLogger(__name__)
