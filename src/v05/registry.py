@@ -14,10 +14,10 @@ import numpy as np
 
 from v05._checks import RewardRange
 from v05.allocation import Allocator, DynamicSampling, Fixed
-from v05.dps import DPS
+from v05.allocation.dps import DPS
+from v05.allocation.osla import OSLA
+from v05.allocation.sara import SARA
 from v05.estimators import Estimate, dbb, drgrpo, grpo, oracle, reinforce_pp_baseline, rloo, v05, v05_eb
-from v05.osla import OSLA
-from v05.sara import SARA
 
 
 @dataclass(frozen=True, slots=True)

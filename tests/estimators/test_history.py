@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 
 from tests._oracles import dbb_loop
+from v05.allocation.posterior import BetaHistory
 from v05.estimators import dbb
-from v05.posterior import BetaHistory
 
 
 def test_dbb_matches_reference_loop_over_steps():

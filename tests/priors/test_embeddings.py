@@ -5,7 +5,8 @@ import logging
 import numpy as np
 import pytest
 
-from v05.priors.embeddings import CACHE_ENV, Embedder, TfidfBackend, make_backend, resolve_cache_dir
+from v05.priors.backends import make_backend
+from v05.priors.embeddings import CACHE_ENV, Embedder, TfidfBackend, resolve_cache_dir
 
 TEXTS = ["Solve x + 1 = 2.", "Find all primes p with p² < 50.", "计算 1+1", "Solve x + 1 = 2."]
 

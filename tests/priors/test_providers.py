@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from v05.posterior import BetaHistory
+from v05.allocation.posterior import BetaHistory
 from v05.priors import PROVIDERS, make_provider
 
 

@@ -1,8 +1,9 @@
 r"""DBB: the discounted Beta–Bernoulli history of each prompt as its baseline (arXiv:2603.18444).
 
-The state (a :class:`v05.posterior.BetaHistory` keyed by stable prompt ids) is a value passed in and returned.
+The state (a :class:`v05.allocation.posterior.BetaHistory` keyed by stable prompt ids) is a value passed in and
+returned.
 Deviation: DBB's method text is not public; the discounting is the MoPPS form (toward the prior), see
-:mod:`v05.posterior`.
+:mod:`v05.allocation.posterior`.
 """
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ import numpy as np
 
 from v05._checks import RewardRange, check_positive
 from v05.advantages import Scale, scale_advantages
+from v05.allocation.posterior import BetaHistory, Decay
 from v05.estimators._batch import Estimate, check_scale, prepare
 from v05.groups import segment_sum
-from v05.posterior import BetaHistory, Decay
 from v05.rewards import from_pm1, to_pm1
 
 

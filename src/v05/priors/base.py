@@ -21,8 +21,8 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from v05._types import FloatArray
+from v05.allocation.posterior import BetaPosterior
 from v05.estimators.fusion import prior_error_stats
-from v05.posterior import BetaPosterior
 
 TAU2_FLOOR = 1e-3
 """Smallest error variance a calibration reports (keeps n0 finite when a prior looks perfect on few rows)."""

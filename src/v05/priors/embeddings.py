@@ -359,33 +359,7 @@ def _read_shard(path: Path) -> dict[str, np.ndarray] | None:
     return dict(zip(keys, data, strict=False))
 
 
-BACKENDS = {
-    "minilm": SentenceTransformerBackend,
-    "sentence_transformers": SentenceTransformerBackend,
-    "hf": HFEncoderBackend,
-    "tfidf": TfidfBackend,
-}
-"""Backend name → factory(**options). ``v0_adapter`` (the official V0 features) lives in ``v0_checkpoint``."""
-
-
-def make_backend(name: str, **options: object) -> Backend:
-    """Build a backend by name; unknown names list the valid ones."""
-    if name == "v0_adapter":
-        from v05.priors.v0_checkpoint import V0AdapterBackend
-
-        factory: object = V0AdapterBackend
-    elif name in BACKENDS:
-        factory = BACKENDS[name]
-    else:
-        raise ValueError(f"unknown embedding backend {name!r}; valid: {', '.join([*BACKENDS, 'v0_adapter'])}")
-    try:
-        return factory(**options)  # type: ignore[operator,no-any-return]
-    except TypeError as err:
-        raise ValueError(f"bad options for backend {name!r}: {err}") from None
-
-
 __all__ = [
-    "BACKENDS",
     "Backend",
     "CACHE_ENV",
     "DEFAULT_CACHE_DIR",
@@ -394,7 +368,6 @@ __all__ = [
     "SentenceTransformerBackend",
     "TfidfBackend",
     "default_sentence_model",
-    "make_backend",
     "resolve_cache_dir",
     "text_key",
 ]

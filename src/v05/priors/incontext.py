@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from v05._types import FloatArray
-from v05.priors.embeddings import Embedder, make_backend
+from v05.priors.backends import make_backend
+from v05.priors.embeddings import Embedder
 from v05.priors.heads import Head, make_head
 from v05.priors.providers import BaseProvider, CalibrationRows
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from v05._types import FloatArray
-from v05.posterior import BetaHistory, Decay
+from v05.allocation.posterior import BetaHistory, Decay
 from v05.priors.base import TAU2_FLOOR, Calibration, PriorPrediction, calibrate
 
 log = logging.getLogger(__name__)

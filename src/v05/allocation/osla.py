@@ -20,7 +20,7 @@ import numpy as np
 
 from v05._checks import RewardRange, as_float_1d, check_int, check_positive
 from v05._types import BoolArray, FloatArray, IntArray
-from v05.allocation import Draw, Pool
+from v05.allocation.driver import Draw, Pool
 from v05.baselines import NoiseModel, v05_shrinkage
 from v05.rewards import to_pm1
 

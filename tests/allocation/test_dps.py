@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from v05.allocation import Fixed, allocate
-from v05.dps import DPS, PARTIAL, SOLVED, UNSOLVED, DpsState, hmm_propagate, hmm_update
+from v05.allocation.dps import DPS, PARTIAL, SOLVED, UNSOLVED, DpsState, hmm_propagate, hmm_update
 
 
 def oracle_update(alpha, belief, observed, lambda_, alpha0):

@@ -22,8 +22,8 @@ import numpy as np
 
 from v05._checks import RewardRange, check_int
 from v05._types import BoolArray, FloatArray, IntArray
-from v05.allocation import Draw, Pool
-from v05.keyed import find, upsert
+from v05.allocation.driver import Draw, Pool
+from v05.allocation.keyed import find, upsert
 from v05.rewards import to_pm1
 
 UNSOLVED, PARTIAL, SOLVED = 0, 1, 2

@@ -8,10 +8,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from v05.allocation import Allocation, DynamicSampling, Fixed, allocate
-from v05.dps import DPS
-from v05.osla import OSLA
+from v05.allocation.dps import DPS
+from v05.allocation.osla import OSLA
+from v05.allocation.sara import SARA
 from v05.registry import ALLOCATORS, get_allocator
-from v05.sara import SARA
 
 
 def bernoulli(p: np.ndarray, rng: np.random.Generator, reward_range: str = "01"):

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from v05.allocation import Fixed, allocate
-from v05.posterior import BetaHistory, BetaPosterior
-from v05.sara import SARA, p_eff
+from v05.allocation.posterior import BetaHistory, BetaPosterior
+from v05.allocation.sara import SARA, p_eff
 
 # methods-siblings.md §6.2 calibration table: P_eff for G = 8 after m all-success probes
 TABLE_PRIORS = [(1, 1), (2, 2), (4, 1), (8, 1), (16, 1)]

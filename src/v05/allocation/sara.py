@@ -1,8 +1,9 @@
 r"""SARA: sequential adaptive rollout allocation with a Beta posterior and two thresholds (reconstructed).
 
 Each pool prompt has a Beta(a, b) belief over its pass rate p, from a discounted per-prompt history
-(:class:`v05.posterior.BetaHistory`, carried across steps in ``Allocation.state``), updated within the step by its
-probe outcomes (s successes of m). The closed-form probability that a group of G is *effective* (mixed rewards):
+(:class:`v05.allocation.posterior.BetaHistory`, carried across steps in ``Allocation.state``), updated within the
+step by its probe outcomes (s successes of m). The closed-form probability that a group of G is *effective*
+(mixed rewards):
 
     m = 0:              P_eff = 1 − E[p^G] − E[(1−p)^G]
     m probes all 1:     P_eff = 1 − E'[p^(G−m)]          (a' = a + s, b' = b + m − s)
@@ -24,8 +25,8 @@ import numpy as np
 
 from v05._checks import as_float_1d, check_int, check_probability
 from v05._types import BoolArray, FloatArray, IntArray
-from v05.allocation import Draw, Order, Pool, check_order, prompt_order
-from v05.posterior import BetaHistory, BetaPosterior
+from v05.allocation.driver import Draw, Order, Pool, check_order, prompt_order
+from v05.allocation.posterior import BetaHistory, BetaPosterior
 
 logger = logging.getLogger(__name__)
 
@@ -111,8 +112,8 @@ class SARA:
         rollouts ≤ min(budget, P · group_size);   kept = committed prompts (≤ batch_size)
 
     Rewards must be binary (the top or bottom of the reward range). A committed group may still turn out all-equal
-    (P_eff < 1); it is kept. State: the :class:`~v05.posterior.BetaHistory` keyed by ``pool.keys``; at the end of
-    the step every sampled prompt's s of m is added with discount ``lambda_`` (``decay="visit"``).
+    (P_eff < 1); it is kept. State: the :class:`~v05.allocation.posterior.BetaHistory` keyed by ``pool.keys``; at the
+    end of the step every sampled prompt's s of m is added with discount ``lambda_`` (``decay="visit"``).
 
     References: SARA (sequential adaptive rollout allocation; abstract only, reconstructed in
     ``methods-siblings.md`` §6.2); MoPPS, Qu et al. (2025) arXiv:2507.04632 (the discounted Beta history).

@@ -23,7 +23,7 @@ from typing import Literal
 import numpy as np
 
 from v05._types import FloatArray
-from v05.keyed import find, upsert
+from v05.allocation.keyed import find, upsert
 
 Decay = Literal["visit", "step"]
 

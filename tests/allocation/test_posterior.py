@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from v05.posterior import BetaHistory, BetaPosterior
+from v05.allocation.posterior import BetaHistory, BetaPosterior
 
 
 def test_beta_moments_hand_values():

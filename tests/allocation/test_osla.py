@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from v05.allocation import allocate
-from v05.osla import OSLA, osla_gain, osla_stop_k
+from v05.allocation.osla import OSLA, osla_gain, osla_stop_k
 
 C, K_INIT, K_MAX = 0.0039, 4, 16
 

@@ -1,0 +1,33 @@
+"""Embedding backends by name: the one factory over :mod:`v05.priors.embeddings` and the V0 adapter.
+
+It sits above both modules so that neither imports the other (``v0_checkpoint`` builds on the HF encoder in
+``embeddings``; the factory needs both).
+"""
+
+from __future__ import annotations
+
+from v05.priors.embeddings import Backend, HFEncoderBackend, SentenceTransformerBackend, TfidfBackend
+from v05.priors.v0_checkpoint import V0AdapterBackend
+
+BACKENDS = {
+    "minilm": SentenceTransformerBackend,
+    "sentence_transformers": SentenceTransformerBackend,
+    "hf": HFEncoderBackend,
+    "tfidf": TfidfBackend,
+    "v0_adapter": V0AdapterBackend,
+}
+"""Backend name → factory(**options); ``v0_adapter`` is the official V0 feature stack (``v0_checkpoint``)."""
+
+
+def make_backend(name: str, **options: object) -> Backend:
+    """Build a backend by name; unknown names list the valid ones."""
+    if name not in BACKENDS:
+        raise ValueError(f"unknown embedding backend {name!r}; valid: {', '.join(BACKENDS)}")
+    factory: object = BACKENDS[name]
+    try:
+        return factory(**options)  # type: ignore[operator,no-any-return]
+    except TypeError as err:
+        raise ValueError(f"bad options for backend {name!r}: {err}") from None
+
+
+__all__ = ["BACKENDS", "make_backend"]
