@@ -26,6 +26,8 @@ def test_every_estimator_runs_in_both_ranges(name):
         kw = {"prior": prior} if spec.uses_prior else {}
         if spec.needs_truth:
             kw["mu"] = prior
+        if spec.keyed:
+            kw["prompt_ids"] = ["p0", "p1"]
         a = v05.compute_advantages(name, r, G, reward_range=rr, **kw)
         assert a.shape == (4,) and np.all(np.isfinite(a))
 

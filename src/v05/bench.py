@@ -67,6 +67,8 @@ def bench_core(
         kw: dict[str, object] = {"prior": prior} if spec.uses_prior else {}
         if spec.needs_truth:
             kw["mu"] = prior
+        if spec.keyed:
+            kw["prompt_ids"] = np.arange(n_groups)
         rows[name] = best_time(lambda name=name, kw=kw: estimate(name, rewards, group, **kw), repeats)
     verl_s = None
     try:

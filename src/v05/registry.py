@@ -29,12 +29,14 @@ class EstimatorSpec:
         uses_prior: it takes ``prior=`` (the value model's prediction on the reward scale).
         needs_truth: it takes ``mu=`` (true values; simulation only).
         stateful: it takes ``state=`` and returns the next state in ``Estimate.state``.
+        keyed: it requires ``prompt_ids=`` (G,), stable prompt keys for its per-prompt state.
     """
 
     fn: Callable[..., Estimate]
     uses_prior: bool = False
     needs_truth: bool = False
     stateful: bool = False
+    keyed: bool = False
 
     @property
     def options(self) -> tuple[str, ...]:
@@ -48,7 +50,7 @@ ESTIMATORS: dict[str, EstimatorSpec] = {
     "drgrpo": EstimatorSpec(drgrpo),
     "rloo": EstimatorSpec(rloo),
     "reinforce_pp_baseline": EstimatorSpec(reinforce_pp_baseline),
-    "dbb": EstimatorSpec(dbb, stateful=True),
+    "dbb": EstimatorSpec(dbb, stateful=True, keyed=True),
     "v05": EstimatorSpec(v05, uses_prior=True),
     "v05_eb": EstimatorSpec(v05_eb, uses_prior=True, stateful=True),
     "oracle": EstimatorSpec(oracle, needs_truth=True),

@@ -84,7 +84,9 @@ def test_saturated_prompts_are_probed_then_abandoned():
     tau_hi = 0.7 nor tau_lo = 0.4, so each costs m_max = 4 probes, is abandoned, and nothing is kept."""
     rng = np.random.default_rng(0)
     n = 10
-    a = allocate(SARA(batch_size=4), replay(np.ones((n, 1))), n_prompts=n, rng=rng, reward_range="01")
+    a = allocate(
+        SARA(batch_size=4), replay(np.ones((n, 1))), n_prompts=n, keys=np.arange(n), rng=rng, reward_range="01"
+    )
     np.testing.assert_array_equal(a.counts, np.full(n, 4))
     assert not a.kept.any() and a.n_rollouts == 40
     alpha, beta = a.state.lookup(np.arange(n))
@@ -98,7 +100,12 @@ def test_mixed_probes_commit_at_once_and_fill_the_group():
     rng = np.random.default_rng(1)
     n = 20
     a = allocate(
-        SARA(batch_size=5, group_size=8), replay(np.tile([1.0, 0.0], (n, 1))), n_prompts=n, rng=rng, reward_range="01"
+        SARA(batch_size=5, group_size=8),
+        replay(np.tile([1.0, 0.0], (n, 1))),
+        n_prompts=n,
+        keys=np.arange(n),
+        rng=rng,
+        reward_range="01",
     )
     np.testing.assert_array_equal(a.counts, [8] * 5 + [0] * 15)
     assert a.kept.sum() == 5 and a.rounds == 2 and mixed_groups(a) == 5
@@ -110,7 +117,15 @@ def test_informative_history_abandons_after_the_first_probe():
     rng = np.random.default_rng(2)
     n = 6
     hist = BetaHistory.empty().update(np.arange(n), np.full(n, 15.0), np.full(n, 15.0), lambda_=1.0)
-    a = allocate(SARA(batch_size=2), replay(np.ones((n, 1))), n_prompts=n, rng=rng, reward_range="01", state=hist)
+    a = allocate(
+        SARA(batch_size=2),
+        replay(np.ones((n, 1))),
+        n_prompts=n,
+        keys=np.arange(n),
+        rng=rng,
+        reward_range="01",
+        state=hist,
+    )
     np.testing.assert_array_equal(a.counts, np.full(n, 2))
     assert not a.kept.any()
 
@@ -120,7 +135,15 @@ def test_high_p_eff_commits_even_when_probes_agree():
     full (all-equal) group is kept."""
     rng = np.random.default_rng(3)
     hist = BetaHistory.empty().update(np.array([0]), np.array([1.0]), np.array([2.0]), lambda_=1.0)
-    a = allocate(SARA(batch_size=1), replay(np.ones((1, 1))), n_prompts=1, rng=rng, reward_range="01", state=hist)
+    a = allocate(
+        SARA(batch_size=1),
+        replay(np.ones((1, 1))),
+        n_prompts=1,
+        keys=np.arange(1),
+        rng=rng,
+        reward_range="01",
+        state=hist,
+    )
     assert a.counts[0] == 8 and a.kept[0] and mixed_groups(a) == 0
 
 
@@ -129,7 +152,12 @@ def test_budget_is_never_exceeded_and_unfinishable_commits_are_abandoned():
     rng = np.random.default_rng(4)
     n = 30
     a = allocate(
-        SARA(batch_size=10, budget=20), replay(np.tile([1.0, 0.0], (n, 1))), n_prompts=n, rng=rng, reward_range="01"
+        SARA(batch_size=10, budget=20),
+        replay(np.tile([1.0, 0.0], (n, 1))),
+        n_prompts=n,
+        keys=np.arange(n),
+        rng=rng,
+        reward_range="01",
     )
     assert a.n_rollouts <= 20
     assert np.all(a.counts[a.kept] == 8)
@@ -141,8 +169,8 @@ def test_state_carries_history_across_steps():
     rng = np.random.default_rng(5)
     sample = replay(np.ones((1, 1)))
     sara = SARA(batch_size=1, lambda_=1.0, tau_lo=0.45)
-    first = allocate(sara, sample, n_prompts=1, rng=rng, reward_range="01")
-    second = allocate(sara, sample, n_prompts=1, rng=rng, reward_range="01", state=first.state)
+    first = allocate(sara, sample, n_prompts=1, keys=np.arange(1), rng=rng, reward_range="01")
+    second = allocate(sara, sample, n_prompts=1, keys=np.arange(1), rng=rng, reward_range="01", state=first.state)
     # step 1: Beta(1, 1): P_eff 0.667, 0.556, 0.444 ≤ 0.45 at m = 4 → history Beta(5, 1)
     # step 2: m = 2 → Beta(7, 1): 1 − 7/13 = 0.462; m = 3 → Beta(8, 1): 1 − 8/13 = 0.385 ≤ 0.45
     assert first.counts[0] == 4 and second.counts[0] == 3
@@ -182,9 +210,24 @@ def test_non_binary_rewards_and_bad_state_are_rejected():
     """SARA needs binary rewards, a BetaHistory state, and distinct keys; each mistake names itself."""
     rng = np.random.default_rng(7)
     with pytest.raises(ValueError, match="binary"):
-        allocate(SARA(batch_size=1), replay(np.full((2, 1), 0.5)), n_prompts=2, rng=rng, reward_range="01")
+        allocate(
+            SARA(batch_size=1), replay(np.full((2, 1), 0.5)), n_prompts=2, keys=np.arange(2), rng=rng, reward_range="01"
+        )
     with pytest.raises(ValueError, match="BetaHistory"):
-        allocate(SARA(), replay(np.ones((2, 1))), n_prompts=2, rng=rng, state={"alpha": 1})
+        allocate(
+            SARA(),
+            replay(np.ones((2, 1))),
+            n_prompts=2,
+            keys=np.arange(2),
+            rng=rng,
+            state={"alpha": 1},
+        )
+    with pytest.raises(ValueError, match="stable key"):
+        allocate(SARA(), replay(np.ones((2, 1))), n_prompts=2, rng=rng)
+    with pytest.raises(ValueError, match="alpha0"):
+        allocate(
+            SARA(alpha0=2.0), replay(np.ones((2, 1))), n_prompts=2, rng=rng, keys=[0, 1], state=BetaHistory.empty()
+        )
     with pytest.raises(ValueError, match="distinct"):
         allocate(SARA(), replay(np.ones((2, 1))), n_prompts=2, rng=rng, keys=[3, 3])
 

@@ -30,9 +30,10 @@ def test_dbb_hand_value_and_model_std():
 
 def test_dbb_all_equal_group_keeps_signal_and_prior_only_mode():
     """All-correct group: μ̃ < 1 so A > 0 (no variance collapse); include_current=False uses the prior (0.5)."""
-    est = dbb(np.ones(4), np.zeros(4, np.int64))
+    est = dbb(np.ones(4), np.zeros(4, np.int64), prompt_ids=[0])
     assert np.all(est.advantages > 0)
-    np.testing.assert_allclose(dbb(np.ones(4), np.zeros(4, np.int64), include_current=False).baseline, 0.0)
+    prior_only = dbb(np.ones(4), np.zeros(4, np.int64), prompt_ids=[0], include_current=False)
+    np.testing.assert_allclose(prior_only.baseline, 0.0)
 
 
 def test_history_step_decay_and_roundtrip():
@@ -52,6 +53,43 @@ def test_dbb_bad_input():
     with pytest.raises(ValueError, match="prompt_ids"):
         dbb(r, g, prompt_ids=[1, 2])
     with pytest.raises(ValueError, match="alpha0"):
-        dbb(r, g, alpha0=0.0)
+        dbb(r, g, prompt_ids=[1], alpha0=0.0)
     with pytest.raises(ValueError, match="lambda_"):
-        dbb(r, g, lambda_=1.5)
+        dbb(r, g, prompt_ids=[1], lambda_=1.5)
+
+
+def test_dbb_refuses_batch_local_keys():
+    """Without prompt_ids the history would be keyed by batch-local group ids: two different prompts that are both
+    group 0 in consecutive steps would share a history. dbb refuses, naming the fix."""
+    r, g = np.array([1.0, 1.0]), np.array([0, 0])
+    with pytest.raises(ValueError, match="stable prompt keys"):
+        dbb(r, g)
+    with pytest.raises(ValueError, match="stable prompt keys"):
+        dbb(r, g, state=dbb(r, g, prompt_ids=["a"]).state)
+    with pytest.raises(ValueError, match="distinct"):
+        dbb(np.ones(4), np.array([0, 0, 1, 1]), prompt_ids=["a", "a"])
+
+
+def test_dbb_step_decay_discounts_by_steps_since_last_visit():
+    """decay="step" requires the step and discounts by λ^(step − last visit): a prompt seen at step 0 (4/4 successes:
+    α = 5, β = 1) and again at step 3 with 0/2: λ³ = 0.125 → α = 0.125·5 + 0.875 + 0 = 1.5, β = 0.125 + 0.875 + 2 = 3.
+    Without step it is refused (a constant default step would never discount)."""
+    r, g = np.ones(4), np.zeros(4, np.int64)
+    with pytest.raises(ValueError, match="step"):
+        dbb(r, g, prompt_ids=["q"], decay="step")
+    e0 = dbb(r, g, prompt_ids=["q"], decay="step", step=0, lambda_=0.5, reward_range="01")
+    e3 = dbb(np.zeros(2), np.zeros(2, np.int64), prompt_ids=["q"], state=e0.state, decay="step", step=3,
+             lambda_=0.5, reward_range="01", scale="none")  # fmt: skip
+    np.testing.assert_allclose(e3.baseline, 1.5 / 4.5)
+    with pytest.raises(ValueError, match="before a prompt's last update"):
+        dbb(r, g, prompt_ids=["q"], state=e3.state, decay="step", step=1)
+
+
+def test_dbb_prior_must_match_the_carried_state():
+    """alpha0/beta0 apply to a new history; with a carried state a different value is refused, not ignored."""
+    r, g = np.ones(2), np.zeros(2, np.int64)
+    e = dbb(r, g, prompt_ids=["q"], alpha0=2.0, beta0=3.0, reward_range="01", scale="none")
+    np.testing.assert_allclose(e.baseline, 4.0 / 7.0)  # (2 + 2)/(2 + 3 + 2)
+    dbb(r, g, prompt_ids=["q"], state=e.state, alpha0=2.0)  # the same prior is fine
+    with pytest.raises(ValueError, match="alpha0"):
+        dbb(r, g, prompt_ids=["q"], state=e.state, alpha0=1.0)

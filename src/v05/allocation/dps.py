@@ -1,12 +1,16 @@
 r"""DPS: pre-rollout prompt selection with a 3-state hidden Markov model per prompt (numpy only).
 
-Each prompt has a solving state z ∈ {0 = unsolved, 1 = partially solved, 2 = solved}, a belief π (3,) over it and
-Dirichlet transition pseudo-counts α (3, 3); P = α / colsum(α) is the expected transition matrix (column j: the
-next-state distribution from state j). After k rollouts the state is observed exactly (success rate 0 → 0,
-1 → 2, else 1; one-hot e). Per step:
+Each prompt has a solving state z ∈ {0 = unsolved, 1 = partially solved, 2 = solved}, a belief π (3,) over its next
+state, a *source* distribution σ (3,) over its state at the last step, and Dirichlet transition pseudo-counts
+α (3, 3); P = α / colsum(α) is the expected transition matrix (column j: the next-state distribution from state j).
+After k rollouts the state is observed exactly (success rate 0 → 0, 1 → 2, else 1; one-hot e). Per step:
 
-    selected:    ξ = (e ⊗ π) ∘ P / Σ(e ⊗ π) ∘ P,   α ← λ·α + (1 − λ)·α₀ + ξ,   π ← P(α) e
-    unselected:  α ← λ·α + (1 − λ)·α₀,   π ← P(α) π
+    selected:    ξ = (e ⊗ σ) ∘ P / Σ(e ⊗ σ) ∘ P,   α ← λ·α + (1 − λ)·α₀ + ξ,   π ← P(α) e,   σ ← e
+    unselected:  α ← λ·α + (1 − λ)·α₀,   π ← P(α) π,   σ ← π (the belief before this step's propagation)
+
+The transition is credited from σ, the prompt's *last observed* state (or its propagated belief when it was not
+selected), to the state observed now — as the DPS code does (``pis_before``), not from the predicted belief π.
+An unseen prompt has α = α₀, π = σ = uniform.
 
 Deviations from the DPS code (``recipe/dps/task_sampler.py``): only prompts that have been selected at least once
 are stored (an unseen prompt is uniform and stays so under α₀ = ones); the candidate pool is whatever ``allocate``
@@ -15,14 +19,14 @@ is given (DPS draws ``candidate_ratio × B`` prompts itself); only the ``topk`` 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from v05._checks import RewardRange, check_int
 from v05._types import BoolArray, FloatArray, IntArray
-from v05.allocation.driver import Draw, Pool
+from v05.allocation.driver import Draw, Pool, require_keys
 from v05.allocation.keyed import find, upsert
 from v05.rewards import to_pm1
 
@@ -35,15 +39,18 @@ def transition_matrix(alpha: FloatArray) -> FloatArray:
 
 
 def hmm_update(
-    alpha: FloatArray, belief: FloatArray, observed: IntArray, *, lambda_: float, alpha0: float = 1.0
+    alpha: FloatArray, source: FloatArray, observed: IntArray, *, lambda_: float, alpha0: float = 1.0
 ) -> tuple[FloatArray, FloatArray]:
     r"""One DPS step for prompts whose state was observed: learn the transition, predict the next belief.
 
-        ξ = (e ⊗ π) ∘ P / Σ_ij (e ⊗ π) ∘ P,   α' = λ·α + (1 − λ)·α₀ + ξ,   π' = P(α') e
+        ξ = (e ⊗ σ) ∘ P / Σ_ij (e ⊗ σ) ∘ P,   α' = λ·α + (1 − λ)·α₀ + ξ,   π' = P(α') e
+
+    The new source is e itself (the caller stores it).
 
     Args:
         alpha: (P, 3, 3) Dirichlet transition counts (column j: from state j).
-        belief: (P, 3) belief π used for this step's selection.
+        source: (P, 3) σ, the distribution of the prompt's state at its last step: one-hot of the last observed
+            state, the propagated belief if it was not selected since, uniform for an unseen prompt.
         observed: (P,) observed state in {0, 1, 2}.
         lambda_: decay λ in (0, 1].
         alpha0: the Dirichlet prior count (all entries).
@@ -51,11 +58,15 @@ def hmm_update(
     Returns:
         ``(alpha' (P, 3, 3), belief' (P, 3))``.
 
-    Degenerate case: π with zero mass where P is positive cannot happen with α₀ > 0 (ξ's normaliser is > 0).
+    Degenerate case: σ with zero mass where P is positive cannot zero the normaliser with α₀ > 0 (P > 0 everywhere
+    and σ is a distribution).
+
+    References: DPS, arXiv:2603.10887; ``maoyixiu/DPS`` ``BayesianHMMSampler.update_transition_params`` /
+    ``train`` (source ``pis_before``).
     """
     p = transition_matrix(alpha)  # (P, 3, 3)
     e = np.eye(3)[observed]  # (P, 3) one-hot
-    xi = e[:, :, None] * belief[:, None, :] * p  # (P, 3, 3): ξ_ij ∝ e_i π_j P_ij
+    xi = e[:, :, None] * source[:, None, :] * p  # (P, 3, 3): ξ_ij ∝ e_i σ_j P_ij
     xi = xi / xi.sum(axis=(1, 2), keepdims=True)
     alpha_new = lambda_ * alpha + (1.0 - lambda_) * alpha0 + xi
     belief_new = np.einsum("pij,pj->pi", transition_matrix(alpha_new), e)  # (P, 3) = P e
@@ -77,20 +88,32 @@ class DpsState:
     Attributes:
         keys: (S,) sorted keys of the prompts selected at least once.
         alpha: (S, 3, 3) Dirichlet transition counts.
-        belief: (S, 3) predicted state distribution for the next step.
+        belief: (S, 3) π, predicted state distribution for the next step.
+        source: (S, 3) σ, distribution of the state at the last step (one-hot once observed); the source of the
+            next transition credited (see the module docstring).
     """
 
     keys: np.ndarray
     alpha: FloatArray
     belief: FloatArray
+    source: FloatArray
 
-    def lookup(self, keys: np.ndarray, alpha0: float) -> tuple[FloatArray, FloatArray]:
-        """(α, π) for each key; unknown keys get α₀·ones and the uniform belief."""
+    @classmethod
+    def empty(cls) -> DpsState:
+        """A state with no prompts."""
+        return cls(np.array([], np.int64), np.zeros((0, 3, 3)), np.zeros((0, 3)), np.zeros((0, 3)))
+
+    def lookup(self, keys: np.ndarray, alpha0: float) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """(α, π, σ) for each key; unknown keys get α₀·ones and the uniform belief and source."""
         n = len(keys)
-        alpha, belief = np.full((n, 3, 3), float(alpha0)), np.full((n, 3), 1.0 / 3.0)
+        alpha, belief, source = np.full((n, 3, 3), float(alpha0)), np.full((n, 3), 1 / 3), np.full((n, 3), 1 / 3)
         pos, found = find(self.keys, keys)
-        alpha[found], belief[found] = self.alpha[pos[found]], self.belief[pos[found]]
-        return alpha, belief
+        alpha[found], belief[found], source[found] = (
+            self.alpha[pos[found]],
+            self.belief[pos[found]],
+            self.source[pos[found]],
+        )
+        return alpha, belief, source
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +123,8 @@ class _DpsRound:
     keys: np.ndarray  # (P,)
     selected: BoolArray  # (P,)
     alpha: FloatArray  # (P, 3, 3) for pool prompts
-    belief: FloatArray  # (P, 3)
+    belief: FloatArray  # (P, 3) π, used for selection
+    source: FloatArray  # (P, 3) σ, the source of the transition credited this step
     observed: IntArray | None  # (P,) observed state (selected prompts only); None before the draw
     state: DpsState
     reward_range: RewardRange
@@ -140,16 +164,15 @@ class DPS:
 
     def init(self, pool: Pool, state: Any) -> _DpsRound:  # noqa: D102
         if state is None:
-            state = DpsState(np.array([], np.int64), np.zeros((0, 3, 3)), np.zeros((0, 3)))
+            state = DpsState.empty()
         if not isinstance(state, DpsState):
             raise ValueError(f"dps state must be the DpsState it returned (or None), got {type(state).__name__}")
-        if len(np.unique(pool.keys)) != pool.n_prompts:
-            raise ValueError("dps needs distinct pool keys (one per prompt) to track per-prompt state")
-        alpha, belief = state.lookup(pool.keys, self.alpha0)
+        keys = require_keys(pool, "dps")
+        alpha, belief, source = state.lookup(keys, self.alpha0)
         order = np.lexsort((pool.rng.random(pool.n_prompts), -belief[:, PARTIAL]))  # P(partial) desc, rng ties
         selected = np.zeros(pool.n_prompts, bool)
         selected[order[: self.batch_size]] = True
-        return _DpsRound(pool.keys, selected, alpha, belief, None, state, pool.reward_range)
+        return _DpsRound(keys, selected, alpha, belief, source, None, state, pool.reward_range)
 
     def ask(self, s: _DpsRound) -> IntArray:  # noqa: D102
         return np.where(s.selected & (s.observed is None), self.k, 0).astype(np.int64)
@@ -161,18 +184,25 @@ class DPS:
             np.bincount(draw.prompt, minlength=n), 1
         )  # (P,) ŝ
         observed = np.where(rate <= 0.0, UNSOLVED, np.where(rate >= 1.0, SOLVED, PARTIAL))
-        return _DpsRound(s.keys, s.selected, s.alpha, s.belief, observed, s.state, s.reward_range)
+        return replace(s, observed=observed)
 
     def finish(self, s: _DpsRound) -> tuple[BoolArray, Any]:  # noqa: D102
         sel = np.flatnonzero(s.selected)
         observed = s.observed if s.observed is not None else np.full(len(s.selected), PARTIAL)
         alpha_sel, belief_sel = hmm_update(
-            s.alpha[sel], s.belief[sel], observed[sel], lambda_=self.lambda_, alpha0=self.alpha0
+            s.alpha[sel], s.source[sel], observed[sel], lambda_=self.lambda_, alpha0=self.alpha0
         )
-        # every stored prompt is propagated one step; the selected ones are then overwritten by their update
+        source_sel = np.eye(3)[observed[sel]]  # (S', 3) the observed state is the next transition's source
+        # every stored prompt is propagated one step (its source becomes its belief before the propagation);
+        # the selected ones are then overwritten by their update
         alpha_all, belief_all = hmm_propagate(s.state.alpha, s.state.belief, lambda_=self.lambda_, alpha0=self.alpha0)
-        keys, (alpha, belief) = upsert(s.state.keys, (alpha_all, belief_all), s.keys[sel], (alpha_sel, belief_sel))
-        return s.selected.copy(), DpsState(keys, alpha, belief)
+        keys, (alpha, belief, source) = upsert(
+            s.state.keys,
+            (alpha_all, belief_all, s.state.belief),
+            s.keys[sel],
+            (alpha_sel, belief_sel, source_sel),
+        )
+        return s.selected.copy(), DpsState(keys, alpha, belief, source)
 
 
 __all__ = ["DPS", "DpsState", "hmm_propagate", "hmm_update", "transition_matrix"]

@@ -42,14 +42,15 @@ class Pool:
 
     Attributes:
         n_prompts: P, the pool size; prompts are indexed [0, P).
-        keys: (P,) stable prompt keys (for allocators with per-prompt history); default ``arange(P)``.
+        keys: (P,) stable prompt keys, or None when the caller gave none. Allocators that keep per-prompt state
+            across steps (SARA, DPS) require them (:func:`require_keys`): pool positions change between steps.
         prior: (P,) value-model prior on the reward scale, or None.
         reward_range: ``"pm1"`` or ``"01"``.
         rng: the step's random generator (allocators that randomise draw from it).
     """
 
     n_prompts: int
-    keys: np.ndarray
+    keys: np.ndarray | None
     prior: FloatArray | None
     reward_range: RewardRange
     rng: np.random.Generator
@@ -130,7 +131,8 @@ def allocate(
         n_prompts: P, the candidate pool size.
         rng: random generator for allocators that randomise.
         prior: (P,) prior on the reward scale (needed by ``osla``), or None.
-        keys: (P,) stable prompt keys (default ``arange(P)``).
+        keys: (P,) stable prompt keys (ints or strings; required by ``sara`` and ``dps``, which keep per-prompt state
+            across steps).
         reward_range: ``"pm1"`` or ``"01"``.
         state: the allocator state returned by the previous step, or None.
         max_rounds: safety cap on rounds; exceeding it raises (an allocator that never finishes is a bug).
@@ -148,8 +150,8 @@ def allocate(
         check_in_range(prior_arr, "prior", reward_range)
         if len(prior_arr) != n_prompts:
             raise ValueError(f"prior must have one value per pool prompt ({n_prompts}), got {len(prior_arr)}")
-    key_arr = np.arange(n_prompts) if keys is None else np.asarray(keys)
-    if key_arr.shape != (n_prompts,):
+    key_arr = None if keys is None else np.asarray(keys)
+    if key_arr is not None and key_arr.shape != (n_prompts,):
         raise ValueError(f"keys must have shape ({n_prompts},), got {key_arr.shape}")
     pool = Pool(int(n_prompts), key_arr, prior_arr, reward_range, rng)
     s = allocator.init(pool, state)
@@ -186,6 +188,23 @@ def allocate(
     return Allocation(rewards, prompt, counts, np.asarray(kept, bool) & (counts > 0), rounds, new_state)
 
 
+def require_keys(pool: Pool, allocator: str) -> np.ndarray:
+    """The pool's stable prompt keys, for an allocator that keeps per-prompt state across steps.
+
+    Raises:
+        ValueError: no keys were given (pool positions are batch-local, so a history keyed by them would mix
+            prompts across steps), or keys repeat.
+    """
+    if pool.keys is None:
+        raise ValueError(
+            f"{allocator} keeps per-prompt state across steps: pass allocate(..., keys=...) with one stable key per "
+            "pool prompt (e.g. its dataset index); pool positions change from step to step"
+        )
+    if len(np.unique(pool.keys)) != pool.n_prompts:
+        raise ValueError(f"{allocator} needs distinct pool keys (one per prompt) to track per-prompt state")
+    return pool.keys
+
+
 def check_order(order: str) -> None:
     """Reject an unknown prompt order, listing the valid ones."""
     if order not in ("pool", "random"):
@@ -216,4 +235,5 @@ __all__ = [
     "check_order",
     "group_extremes",
     "prompt_order",
+    "require_keys",
 ]

@@ -108,6 +108,19 @@ class BetaHistory:
             raise ValueError(f"alpha0 and beta0 must be > 0, got {alpha0}, {beta0}")
         return cls(np.array([], dtype=np.int64), np.zeros(0), np.zeros(0), np.zeros(0, np.int64), alpha0, beta0)
 
+    def check_prior(self, alpha0: float | None, beta0: float | None) -> None:
+        """Refuse a prior (α₀, β₀) that differs from the one this history was built with (None: no claim).
+
+        The history's own α₀, β₀ are the discount target and the belief of unseen prompts; a caller asking for
+        another prior would otherwise be ignored silently.
+        """
+        for name, want, have in (("alpha0", alpha0, self.alpha0), ("beta0", beta0, self.beta0)):
+            if want is not None and float(want) != have:
+                raise ValueError(
+                    f"{name}={want!r} differs from the carried history's {name}={have!r}: a history keeps the prior "
+                    f"it was built with; pass {name}={have!r} (or omit it), or start from an empty state"
+                )
+
     def lookup(self, keys: np.ndarray) -> tuple[FloatArray, FloatArray]:
         """(α, β) for each key; unseen keys get (α₀, β₀)."""
         pos, found = find(self.keys, keys)
@@ -155,7 +168,12 @@ class BetaHistory:
             lam = np.full(len(keys), lambda_)
         else:
             last = np.where(found, self.last_step[pos] if self.keys.size else step, step)
-            lam = lambda_ ** np.maximum(step - last, 0).astype(np.float64)
+            if np.any(last > step):
+                raise ValueError(
+                    f"step={step} is before a prompt's last update (step {int(last.max())}): decay='step' needs the "
+                    "current training step, increasing across calls"
+                )
+            lam = lambda_ ** (step - last).astype(np.float64)
         lam = np.where(found, lam, 1.0)  # an unseen prompt starts at the prior: nothing to discount
         alpha = lam * alpha + (1 - lam) * self.alpha0 + successes
         beta = lam * beta + (1 - lam) * self.beta0 + (trials - successes)

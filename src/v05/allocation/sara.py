@@ -25,7 +25,7 @@ import numpy as np
 
 from v05._checks import as_float_1d, check_int, check_probability
 from v05._types import BoolArray, FloatArray, IntArray
-from v05.allocation.driver import Draw, Order, Pool, check_order, prompt_order
+from v05.allocation.driver import Draw, Order, Pool, check_order, prompt_order, require_keys
 from v05.allocation.posterior import BetaHistory, BetaPosterior
 
 logger = logging.getLogger(__name__)
@@ -171,13 +171,13 @@ class SARA:
             state = BetaHistory.empty(self.alpha0, self.beta0)
         if not isinstance(state, BetaHistory):
             raise ValueError(f"sara state must be the BetaHistory it returned (or None), got {type(state).__name__}")
-        if len(np.unique(pool.keys)) != pool.n_prompts:
-            raise ValueError("sara needs distinct pool keys (one per prompt) to track per-prompt history")
-        alpha, beta = state.lookup(pool.keys)
+        state.check_prior(self.alpha0, self.beta0)
+        keys = require_keys(pool, "sara")
+        alpha, beta = state.lookup(keys)
         n = pool.n_prompts
         bottom = -1.0 if pool.reward_range == "pm1" else 0.0
         s = _SaraRound(
-            keys=pool.keys, history=state, alpha=alpha, beta=beta, order=prompt_order(pool, self.order), taken=0,
+            keys=keys, history=state, alpha=alpha, beta=beta, order=prompt_order(pool, self.order), taken=0,
             status=np.zeros(n, np.int64), m=np.zeros(n, np.int64), succ=np.zeros(n), ask=np.zeros(n, np.int64),
             spent=0, top=1.0, bottom=bottom,
         )  # fmt: skip

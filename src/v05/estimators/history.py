@@ -27,10 +27,10 @@ def dbb(
     reward_range: RewardRange = "pm1",
     scale: Scale = "model_std",
     lambda_: float = 0.7,
-    alpha0: float = 1.0,
-    beta0: float = 1.0,
+    alpha0: float | None = None,
+    beta0: float | None = None,
     decay: Decay = "visit",
-    step: int = 0,
+    step: int | None = None,
     include_current: bool = True,
 ) -> Estimate:
     r"""Discounted Beta–Bernoulli baseline from each prompt's history.
@@ -47,15 +47,17 @@ def dbb(
     Args:
         rewards: (N,) rewards.
         group: (N,) group ids in [0, G).
-        prompt_ids: (G,) stable keys of the prompts (ints or strings); default: the group ids themselves.
+        prompt_ids: (G,) stable keys of the prompts (ints or strings), required: group ids are batch-local
+            (0..G−1 every step), so a history keyed by them would mix different prompts across steps.
         state: the history from earlier steps (default: empty).
         reward_range: ``"pm1"`` or ``"01"``.
         scale: advantage scaling (default ``model_std``).
         lambda_: discount λ in (0, 1].
-        alpha0: prior pseudo-successes α₀ > 0.
-        beta0: prior pseudo-failures β₀ > 0.
-        decay: ``"visit"`` or ``"step"`` (then λ^(step − last visit)).
-        step: the current step (for ``decay="step"``).
+        alpha0: prior pseudo-successes α₀ > 0 (None: the state's, or 1 for a new history). A value that differs
+            from the carried state's is refused (the history keeps the prior it was built with).
+        beta0: prior pseudo-failures β₀ > 0 (as ``alpha0``).
+        decay: ``"visit"`` (λ per visit) or ``"step"`` (λ^(step − last visit); needs ``step``).
+        step: the current training step, increasing across calls (required by ``decay="step"``).
         include_current: use the posterior after this step's outcomes (True) or the prior before them (False).
 
     Returns:
@@ -65,16 +67,34 @@ def dbb(
     arXiv:2603.18444; MoPPS (Qu et al., arXiv:2507.04632) for the discounted update.
     """
     check_scale(scale)
-    check_positive(alpha0, "alpha0")
-    check_positive(beta0, "beta0")
+    for name, value in (("alpha0", alpha0), ("beta0", beta0)):
+        if value is not None:
+            check_positive(value, name)
+    if decay == "step" and step is None:
+        raise ValueError("decay='step' discounts by λ^(step − last visit): pass step=<current training step>")
     b = prepare(rewards, group, reward_range=reward_range)
-    keys = np.arange(b.n_groups) if prompt_ids is None else np.asarray(prompt_ids)
+    if prompt_ids is None:
+        raise ValueError(
+            "dbb keeps a per-prompt history: pass prompt_ids=(G,) stable prompt keys (group ids are batch-local, "
+            "so a history keyed by them would mix prompts across steps)"
+        )
+    keys = np.asarray(prompt_ids)
     if keys.ndim != 1 or len(keys) != b.n_groups:
         raise ValueError(f"prompt_ids must have one key per group ({b.n_groups}), got shape {keys.shape}")
-    history = state if state is not None else BetaHistory.empty(alpha0, beta0)
+    if len(np.unique(keys)) != len(keys):
+        raise ValueError("prompt_ids must be distinct: one group per prompt in a batch")
+    if state is None:
+        history = BetaHistory.empty(1.0 if alpha0 is None else alpha0, 1.0 if beta0 is None else beta0)
+    elif not isinstance(state, BetaHistory):
+        raise ValueError(f"dbb state must be the BetaHistory it returned (or None), got {type(state).__name__}")
+    else:
+        history = state
+        history.check_prior(alpha0, beta0)
     p01 = (to_pm1(b.rewards, reward_range) + 1.0) / 2.0  # (N,) success indicator (fractional allowed)
     successes = segment_sum(p01, b.group, b.n_groups)  # (G,)
-    updated = history.update(keys, successes, b.n_g.astype(np.float64), lambda_=lambda_, decay=decay, step=step)
+    updated = history.update(
+        keys, successes, b.n_g.astype(np.float64), lambda_=lambda_, decay=decay, step=0 if step is None else step
+    )
     alpha, beta = (updated if include_current else history).lookup(keys)
     p_g = alpha / (alpha + beta)  # (G,) μ̃ in (0, 1)
     base = from_pm1(2.0 * p_g - 1.0, reward_range)[b.group]  # (N,)

@@ -144,11 +144,6 @@ def _draw_steps(cell: _Cell, reps: int) -> list[list[Allocation]]:
     return steps
 
 
-@functools.cache
-def _takes_prompt_ids(name: str) -> bool:
-    return "prompt_ids" in get_estimator(name).options  # inspect.signature is slow: once per name
-
-
 def _call(
     spec: Spec, rewards: FloatArray, group: IntArray, *, prior: FloatArray, mu: FloatArray, keys: np.ndarray, state: Any
 ) -> Estimate:
@@ -161,7 +156,7 @@ def _call(
         kw["mu"] = mu
     if es.stateful:
         kw["state"] = state
-    if _takes_prompt_ids(spec.name):
+    if es.keyed:
         kw["prompt_ids"] = keys
     return es.fn(rewards, group, reward_range="pm1", **kw)
 
