@@ -50,7 +50,7 @@ def eb_loop(r, group, prior_g, n0, *, loo=False):
         for i in idx:
             if loo:
                 den = n0 + k - 1
-                b[i] = (n0 * prior_g[g] + s - r[i]) / den if den > 0 else prior_g[g]
+                b[i] = (n0 * prior_g[g] + s - r[i]) / den if den > 0 else r[i]
             else:
                 b[i] = (n0 * prior_g[g] + s) / (n0 + k)
     return b

@@ -94,26 +94,114 @@ def v05_shrinkage(
 
 
 def pseudo_count_fusion(
-    rewards: FloatArray, group: IntArray, prior_g: FloatArray, n0_g: FloatArray, *, leave_one_out: bool = False
+    rewards: FloatArray,
+    group: IntArray,
+    prior_g: FloatArray,
+    n0_g: FloatArray,
+    *,
+    leave_one_out: bool = False,
+    n0_i: FloatArray | None = None,
 ) -> FloatArray:
     r"""Pseudo-count (Beta-posterior-mean) fusion of the prior with the rollouts, shape (N,).
 
         plain:          b_i = (n0·V + S_g) / (n0 + n_g)
-        leave-one-out:  b_i = (n0·V + S_g − r_i) / (n0 + n_g − 1)
+        leave-one-out:  b_i = (n0_i·V + S_g − r_i) / (n0_i + n_g − 1)
 
     Bias: the plain form includes r_i in its own baseline (like the group mean); the leave-one-out form does not,
-    so it keeps the policy gradient unbiased when n0 and V do not depend on the batch.
+    so it keeps the policy gradient unbiased when n0_i and V do not depend on r_i.
     Limits: n0 → 0 gives the group mean (LOO: the leave-one-out mean); n0 → ∞ gives V.
-    Degenerate case: n0 = 0 and n_g = 1 in the LOO form has no information at all; b = V there.
+    Degenerate case: the LOO form with n0_i = 0 and n_g = 1 has no information besides r_i itself; b = r_i there
+    (advantage 0, as RLOO's singleton rule), never the prior that was given zero weight.
+
+    Args:
+        rewards: (N,) rewards (±1 space).
+        group: (N,) group ids in [0, G).
+        prior_g: (G,) priors V.
+        n0_g: (G,) pseudo-counts n0 ≥ 0.
+        leave_one_out: use the LOO form.
+        n0_i: (N,) per-rollout pseudo-counts for the LOO form (a per-rollout decision, e.g. a leave-one-out guard);
+            default ``n0_g[group]``.
     """
     n_g, s_g = segment_count(group), segment_sum(rewards, group)  # (G,), (G,)
-    n0_i, v_i = n0_g[group], prior_g[group]  # (N,)
+    v_i = prior_g[group]  # (N,)
     if leave_one_out:
-        num, den = n0_i * v_i + s_g[group] - rewards, n0_i + n_g[group] - 1
+        n0 = n0_g[group] if n0_i is None else n0_i  # (N,)
+        num, den = n0 * v_i + s_g[group] - rewards, n0 + n_g[group] - 1
+        fallback = rewards
     else:
-        num, den = n0_i * v_i + s_g[group], n0_i + n_g[group]
+        n0 = n0_g[group]
+        num, den = n0 * v_i + s_g[group], n0 + n_g[group]
+        fallback = v_i
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(den > 0, num / np.where(den > 0, den, 1.0), v_i)
+        return np.where(den > 0, num / np.where(den > 0, den, 1.0), fallback)
 
 
-__all__ = ["NoiseModel", "Shrinkage", "Switch", "group_mean", "leave_one_out", "pseudo_count_fusion", "v05_shrinkage"]
+def beta_binomial_pvalue(successes: IntArray, trials: IntArray, alpha: FloatArray, beta: FloatArray) -> FloatArray:
+    r"""Two-sided tail probability of s successes in k trials under the Beta–Binomial(k, α, β) prior predictive.
+
+        P(S = j) = C(k, j) B(j + α, k − j + β) / B(α, β),   p = min(1, 2·min(P(S ≤ s), P(S ≥ s)))
+
+    computed by the ratio recurrence P(j + 1)/P(j) = (k − j)(j + α) / ((j + 1)(k − j − 1 + β)) in log space (numpy
+    only; every group at once over a (G, max k + 1) table).
+    Degenerate cases: k = 0 gives p = 1 (nothing observed); the doubled tail is capped at 1.
+
+    Args:
+        successes: (G,) integers s in [0, k].
+        trials: (G,) integers k ≥ 0.
+        alpha: (G,) α > 0.
+        beta: (G,) β > 0.
+
+    Returns:
+        (G,) p-values in (0, 1].
+    """
+    s, k = np.asarray(successes, np.int64), np.asarray(trials, np.int64)
+    if s.size == 0:
+        return np.ones(0)
+    j = np.arange(int(k.max()) + 1)[None, :]  # (1, K+1)
+    a, b, kk = alpha[:, None], beta[:, None], k[:, None]
+    valid = j <= kk  # (G, K+1)
+    # log P(0) = Σ_{i<k} log((β + i)/(α + β + i)); then cumulative log-ratios for j ≥ 1
+    i = j[:, :-1]  # (1, K)
+    step0 = np.where(i < kk, np.log((b + i) / (a + b + i)), 0.0)  # (G, K)
+    log_p0 = step0.sum(axis=1, keepdims=True)  # (G, 1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(i < kk, np.log((kk - i) * (i + a) / ((i + 1) * (kk - i - 1 + b))), 0.0)  # (G, K)
+    log_pmf = np.concatenate([log_p0, log_p0 + np.cumsum(ratio, axis=1)], axis=1)  # (G, K+1)
+    pmf = np.where(valid, np.exp(log_pmf), 0.0)
+    pmf = pmf / pmf.sum(axis=1, keepdims=True)  # guards rounding; exact sums are 1
+    cdf = np.cumsum(pmf, axis=1)  # (G, K+1)
+    rows = np.arange(len(s))
+    lower = cdf[rows, s]  # P(S ≤ s)
+    upper = 1.0 - cdf[rows, s] + pmf[rows, s]  # P(S ≥ s)
+    return np.where(k > 0, np.minimum(1.0, 2.0 * np.minimum(lower, upper)), 1.0)
+
+
+def eb_guard_pvalue(successes: FloatArray, k: FloatArray, prior_pm1: FloatArray, n0: FloatArray) -> FloatArray:
+    r"""p-value of s successes in k rollouts under the prior's own predictive, Beta–Binomial(k, n0·p_V, n0·(1 − p_V)).
+
+    The pseudo-count model behind ``v05_eb`` says p ~ Beta(n0·p_V, n0·(1 − p_V)), p_V = (V + 1)/2 clipped to
+    [1e-3, 1 − 1e-3]; a prompt whose outcomes are improbable under it (two-sided tail, see
+    :func:`beta_binomial_pvalue`) is evidence of a failed prior. The test is exact for k-sample
+    binomial outcomes: under the model it rejects at most at its level, at every k and every V (a Gaussian radius
+    does not: it fires on ordinary k = 4 extremes of a good prior and never on a weak one). n0 = 0 (no trust)
+    gives p = 1. Shapes (G,); successes and k must be whole numbers.
+    """
+    p_v = np.clip((prior_pm1 + 1.0) / 2.0, 1e-3, 1.0 - 1e-3)
+    n0_safe = np.maximum(n0, 1e-12)
+    p = beta_binomial_pvalue(
+        np.rint(successes).astype(np.int64), np.rint(k).astype(np.int64), n0_safe * p_v, n0_safe * (1.0 - p_v)
+    )
+    return np.where(n0 > 0, p, 1.0)
+
+
+__all__ = [
+    "NoiseModel",
+    "Shrinkage",
+    "Switch",
+    "beta_binomial_pvalue",
+    "eb_guard_pvalue",
+    "group_mean",
+    "leave_one_out",
+    "pseudo_count_fusion",
+    "v05_shrinkage",
+]

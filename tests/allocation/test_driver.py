@@ -320,3 +320,23 @@ def test_dynamic_sampling_bad_config(options, match):
     """Invalid DS options raise a ValueError naming the option."""
     with pytest.raises(ValueError, match=match):
         DynamicSampling(**options)
+
+
+def test_dynamic_sampling_random_order_truncates_in_sampling_order():
+    """With order="random" the kept groups are the first batch_size mixed groups in the *permutation*, not in pool
+    index order. Every prompt is mixed here, so kept = the first batch_size prompts of the step's permutation."""
+    rng_seed = 3
+    perm = np.random.default_rng(rng_seed).permutation(12)
+
+    def sample(ids, counts):
+        return np.tile([1.0, 0.0], int(counts.sum()) // 2)
+
+    a = allocate(
+        DynamicSampling(k=2, batch_size=3, gen_batch_size=6, order="random"),
+        sample,
+        n_prompts=12,
+        rng=np.random.default_rng(rng_seed),
+        reward_range="01",
+    )
+    np.testing.assert_array_equal(np.flatnonzero(a.kept), np.sort(perm[:3]))
+    assert a.stats["rounds"] == 1 and a.stats["mixed_groups"] == 6 and a.stats["kept_groups"] == 3

@@ -219,3 +219,53 @@ def test_stop_k_bad_input(args, match):
     """osla_stop_k rejects negative/NaN Δ̂² and non-positive or non-integer k."""
     with pytest.raises(ValueError, match=match):
         osla_stop_k(*args)
+
+
+def test_plugin_gain_uses_the_bernoulli_variance_of_the_prior():
+    """noise="plugin": MSE_hat(k) = Δ̂²σ²/(σ² + kΔ̂²) with σ² = 1 − V², so gain = Δ̂⁴σ²/((σ² + kΔ̂²)(σ² + (k+1)Δ̂²)).
+    Hand value: Δ̂² = 0.25, k = 4, σ² = 0.36 (V = 0.8): 0.0625·0.36/((0.36 + 1)(0.36 + 1.25)) = 0.010278; the bound
+    form gives 0.0625/(2·2.25) = 0.013889. σ² → the limit Δ̂² → ∞ is σ²/(k(k + 1))."""
+    np.testing.assert_allclose(osla_gain(0.25, 4, 0.36), 0.0625 * 0.36 / (1.36 * 1.61))
+    np.testing.assert_allclose(osla_gain(0.25, 4), 0.0625 / (2 * 2.25))
+    np.testing.assert_allclose(osla_gain(np.inf, 4, 0.36), 0.36 / 20)
+    # in the allocator: V = 0.8 with 4 × (−1) rewards: v̄ = −1, (v̄ − V)² = 3.24, σ² = 0.36 → Δ̂² = 3.24 − 0.09 = 3.15;
+    # the plug-in stopping k differs from the bound's (gain·σ² smaller): compare with osla_stop_k's scan by hand.
+    seqs = -np.ones((1, 32))
+    a = allocate(OSLA(noise="plugin", schedule="jump"), streams(seqs), n_prompts=1, rng=np.random.default_rng(0),
+                 prior=[0.8])  # fmt: skip
+    k, d2, s2 = 4, 3.15, 0.36
+    while k < K_MAX and osla_gain(d2, k, s2) > C:
+        k += 1
+    assert a.counts[0] == k and k < K_MAX  # σ² = 0.36 stops earlier than the bound's 16
+
+
+def test_osla_returns_its_step_statistics():
+    """Allocation.stats: the rejection rate after round 0, extras, k histogram, mean ŵ and |b − v̄| (SPEC §3.3).
+    Prompt 0: V = 0.9 against 4 × (+1) → accepted (|0.1| ≤ 0.5), stops at 4, ŵ = 0; prompt 1: V = 0.9 against
+    4 × (−1): rejected, goes on."""
+    seqs = np.stack([np.ones(32), -np.ones(32)])
+    a = allocate(OSLA(), streams(seqs), n_prompts=2, rng=np.random.default_rng(0), prior=[0.9, 0.9])
+    st = a.stats
+    assert st["reject_rate"] == 0.5 and st["continued_frac"] == 0.5
+    assert st["extra_rollouts"] == int(a.counts.sum()) - 8
+    assert st["k_hist"][4] == 1 and sum(st["k_hist"]) == 2
+    k1 = int(a.counts[1])
+    d2 = (-1 - 0.9) ** 2 - 1 / k1
+    w1 = d2 / (d2 + 1 / k1)
+    np.testing.assert_allclose(st["mean_weight"], w1 / 2)
+    np.testing.assert_allclose(st["mean_abs_shift"], (0.1 + (1 - w1) * 1.9) / 2)
+
+
+def test_eb_guard_test_buys_extras_only_for_flagged_priors():
+    """test="eb_guard": V = 0.9 with n0 = 20 predicts Beta–Binomial(4, 19, 1); 4 × (−1) has p ≈ 2e-5 < 0.01 → flagged;
+    the group-mean gain σ²/(k(k + 1)) > c continues it (bound σ² = 1: to k = 15, where 1/(15·16) = 0.0042 > c
+    → 16). 4 × (+1) is likely under the prior: stops at k_init. Without n0 it is a clear error."""
+    seqs = np.stack([np.ones(32), -np.ones(32)])
+    a = allocate(OSLA(test="eb_guard"), streams(seqs), n_prompts=2, rng=np.random.default_rng(0), prior=[0.9, 0.9],
+                 n0=20.0)  # fmt: skip
+    np.testing.assert_array_equal(a.counts, [4, 16])
+    assert a.stats["reject_rate"] == 0.5
+    with pytest.raises(ValueError, match="n0"):
+        allocate(OSLA(test="eb_guard"), streams(seqs), n_prompts=2, rng=np.random.default_rng(0), prior=[0.9, 0.9])
+    with pytest.raises(ValueError, match="test"):
+        OSLA(test="bogus")

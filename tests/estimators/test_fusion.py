@@ -4,7 +4,8 @@ from hypothesis import given
 
 from tests._oracles import eb_loop, v05_loop
 from tests.strategies import ragged_batches
-from v05.estimators import PriorErrorState, v05, v05_eb
+from v05.baselines import eb_guard_pvalue
+from v05.estimators import PriorErrorState, dbb, v05, v05_eb
 from v05.groups import segment_count, segment_mean
 
 
@@ -41,7 +42,7 @@ def test_v05_eb_fixed_n0_matches_loop(batch):
     """With a fixed n0 and no guard, v05_eb equals the pseudo-count loop (plain and LOO)."""
     r, g, prior = batch
     for loo in (False, True):
-        est = v05_eb(r, g, prior=prior, n0=1.5, guard_z=None, loo=loo)
+        est = v05_eb(r, g, prior=prior, n0=1.5, loo=loo)
         np.testing.assert_allclose(est.baseline, eb_loop(r, g, prior, 1.5, loo=loo), atol=1e-12)
 
 
@@ -50,14 +51,14 @@ def test_v05_eb_kappa_limits(batch):
     """n0 = 0 gives the group mean; n0 → ∞ gives the prior (κ-limits of the EB form)."""
     r, g, prior = batch
     np.testing.assert_allclose(v05_eb(r, g, prior=prior, n0=0.0).baseline, segment_mean(r, g)[g], atol=1e-12)
-    np.testing.assert_allclose(v05_eb(r, g, prior=prior, n0=1e12, guard_z=None).baseline, prior[g], atol=1e-9)
+    np.testing.assert_allclose(v05_eb(r, g, prior=prior, n0=1e12).baseline, prior[g], atol=1e-9)
 
 
 def test_v05_eb_tau2_estimate_hand_value():
     """Two groups of k = 2, ±1: v̄ = (0, 1), V = (0.5, 0.5); s² = (2, 0); Σ(v̄ − V)² = 0.5, Σ s²/k = 1 →
     τ̂² = (0.5 − 1)/2 < floor 0.01 → τ² = 0.01; σ̄² = (2 + 0)/2 = 1 → n0 = 100."""
     r, g = np.array([1.0, -1, 1, 1]), np.array([0, 0, 1, 1])
-    est = v05_eb(r, g, prior=[0.5, 0.5], guard_z=None)
+    est = v05_eb(r, g, prior=[0.5, 0.5])
     np.testing.assert_allclose(est.n0, [100.0, 100.0])
     st = est.state
     assert isinstance(st, PriorErrorState) and st.count == (2,)
@@ -70,37 +71,113 @@ def test_v05_eb_state_uses_history_not_current_batch():
     g = np.repeat(np.arange(4), 4)
     for seed in (0, 1):
         r = np.where(np.random.default_rng(seed).random(16) < 0.5, 1.0, -1.0)
-        est = v05_eb(r, g, prior=np.zeros(4), state=state, guard_z=None)
+        est = v05_eb(r, g, prior=np.zeros(4), state=state)
         np.testing.assert_allclose(est.n0, 2.0)
         assert est.state.n_groups == 104
 
 
 def test_v05_eb_guard_marks_hallucinations():
-    """A prior at −0.9 against 8/8 successes (|d| = 1.9 > 3·√(0.01 + 1/8) ≈ 1.10 with τ² = 0.01, σ̄² = 1) is rejected:
-    n0 → 0 and b = v̄ = 1; the other prompt keeps n0."""
+    """A prior at −0.9 (p_V = 0.05) with n0 = 20 predicts Beta–Binomial(8, 1, 19); 8/8 successes has probability
+    C(8,8)·B(9, 19)/B(1, 19) = Π_{i<8} (1 + i)/(20 + i) ≈ 4.5e-7 → p ≈ 9.0e-7 < 0.01: rejected, n0 → 0, b = v̄ = 1.
+    The other prompt (V = 0, 4/8) is ordinary and keeps n0."""
     r = np.concatenate([np.ones(8), np.tile([1.0, -1.0], 4)])
     g = np.repeat([0, 1], 8)
-    est = v05_eb(r, g, prior=[-0.9, 0.0], tau2=0.01, n0=None)
+    est = v05_eb(r, g, prior=[-0.9, 0.0], n0=20.0, guard_level=0.01)
     assert est.reject.tolist() == [True, False]
-    assert est.n0[0] == 0.0 and est.n0[1] > 0
+    assert est.n0[0] == 0.0 and est.n0[1] == 20.0
     np.testing.assert_allclose(est.baseline[:8], 1.0)
+    p = eb_guard_pvalue(np.array([8.0]), np.array([8.0]), np.array([-0.9]), np.array([20.0]))
+    np.testing.assert_allclose(p, 2 * np.prod([(1 + i) / (20 + i) for i in range(8)]), rtol=1e-6)
 
 
-def test_v05_eb_loo_unbiased_with_batch_independent_prior():
-    """LOO-EB with fixed n0 and a prior blind to the batch keeps E[A_i·(r_i − μ)] = Var(r) (unbiased PG); the plain
-    form is biased by the factor 1 − 1/(n0 + k). 40,000 groups, k = 4, p = 0.3 (±1: μ = −0.4, Var = 0.84), V = 0.1;
-    tolerance 4 SE (false-failure rate ≈ 6e-5)."""
+def test_v05_eb_guard_is_calibrated_for_binomial_outcomes():
+    """Under the model it tests (p ~ Beta(n0·p_V, n0·(1 − p_V)), s ~ Binomial(k, p)) the guard's rejection rate is at
+    most its level, at k = 4 and every V (the old Gaussian radius fired on ordinary k = 4 extremes). 20,000 prompts
+    per V; bound: level + 4 SE (false-failure rate < 1e-4)."""
+    rng = np.random.default_rng(8)
+    n, k, n0, level = 20_000, 4, 8.0, 0.05
+    for v in (-0.9, -0.4, 0.0, 0.6, 0.95):
+        p_v = (v + 1) / 2
+        p = rng.beta(n0 * p_v, n0 * (1 - p_v), n)
+        s = rng.binomial(k, p).astype(float)
+        rate = np.mean(eb_guard_pvalue(s, np.full(n, float(k)), np.full(n, v), np.full(n, n0)) < level)
+        assert rate <= level + 4 * np.sqrt(level * (1 - level) / n), (v, rate)
+
+
+def test_v05_eb_loo_unbiased_under_defaults_and_with_the_guard():
+    """LOO-EB with fixed n0 and a prior blind to the batch keeps E[A_i·(r_i − μ)] = Var(r) (unbiased PG), under the
+    defaults and with the guard on (its LOO decisions use the other k − 1 rollouts only); the plain form is biased
+    by the factor 1 − 1/(n0 + k). The issue's case: p = 0.3 (±1: μ = −0.4, Var = 0.84), V = 0.9, n0 = 2, k = 4
+    (a guard deciding from v̄, which contains r_i, gave 0.73); 40,000 groups; tolerance 4 SE (false-failure rate
+    ≈ 6e-5 per check)."""
     rng = np.random.default_rng(11)
     p, k, n_groups, n0 = 0.3, 4, 40_000, 2.0
     mu, var = 2 * p - 1, 1 - (2 * p - 1) ** 2
     r = np.where(rng.random(n_groups * k) < p, 1.0, -1.0)
     g = np.repeat(np.arange(n_groups), k)
-    prior = np.full(n_groups, 0.1)
-    for loo, factor in ((True, 1.0), (False, 1 - 1 / (n0 + k))):
-        a = v05_eb(r, g, prior=prior, n0=n0, guard_z=None, loo=loo).advantages
-        x = (a * (r - mu)).reshape(n_groups, k).mean(1)
-        se = x.std(ddof=1) / np.sqrt(n_groups)
-        assert abs(x.mean() - var * factor) < 4 * se
+    for v in (0.1, 0.9):
+        prior = np.full(n_groups, v)
+        for options, factor in (
+            ({"loo": True}, 1.0),
+            ({"loo": True, "guard_level": 0.05}, 1.0),
+            ({"loo": False}, 1 - 1 / (n0 + k)),
+        ):
+            est = v05_eb(r, g, prior=prior, n0=n0, **options)
+            x = (est.advantages * (r - mu)).reshape(n_groups, k).mean(1)
+            se = x.std(ddof=1) / np.sqrt(n_groups)
+            assert abs(x.mean() - var * factor) < 4 * se, (v, options, x.mean())
+    guarded = v05_eb(r, g, prior=np.full(n_groups, 0.9), n0=n0, loo=True, guard_level=0.05)
+    assert guarded.reject.mean() > 0.1  # the guard really fires in this case
+
+
+def test_v05_eb_loo_without_history_is_rloo_and_k1_never_uses_a_flagged_prior():
+    """LOO with no n0, no τ² and no history falls back to n0 = 0 (RLOO: n0 would otherwise depend on r_i); a k = 1
+    group is never flagged by the LOO guard (no other rollout), and with n0 = 0 its baseline is r_i (A = 0), not V."""
+    r, g = np.array([1.0, -1.0, -1.0, 1.0, 1.0]), np.array([0, 0, 0, 0, 1])
+    est = v05_eb(r, g, prior=[0.5, -0.9], loo=True)
+    np.testing.assert_allclose(est.n0, 0.0)
+    np.testing.assert_allclose(est.baseline[:4], [-1 / 3, 1 / 3, 1 / 3, -1 / 3])  # (S − r_i)/3 with S = 0
+    np.testing.assert_allclose(est.advantages[4], 0.0)
+    flagged = v05_eb(r, g, prior=[0.5, -0.9], n0=50.0, loo=True, guard_level=0.2)
+    assert flagged.reject[1]  # the full-group test flags V = −0.9 against 1/1 at level 0.2 ...
+    np.testing.assert_allclose(flagged.baseline[4], -0.9)  # ... but rollout 4's LOO decision has no evidence: b = V
+
+
+def test_v05_eb_loo_weight_is_k_minus_one():
+    """The LOO baseline rests on k − 1 rollouts: weight (k − 1)/(k − 1 + n0) = 3/5 for k = 4, n0 = 2."""
+    r, g = np.array([1.0, -1.0, -1.0, 1.0]), np.zeros(4, np.int64)
+    np.testing.assert_allclose(v05_eb(r, g, prior=[0.0], n0=2.0, loo=True).weight, [0.6])
+    np.testing.assert_allclose(v05_eb(r, g, prior=[0.0], n0=2.0).weight, [4 / 6])
+
+
+def test_prior_error_window_is_sized_in_groups():
+    """window counts groups: with 16 groups per step and window 256 it keeps 16 steps (8 steps would be 128 groups);
+    a step is never split, so the newest steps holding ≥ window groups are kept."""
+    st = PriorErrorState(window=256)
+    for i in range(40):
+        st = st.push(d2=float(i), noise=0.0, var=1.0, count=16)
+    assert st.n_groups == 256 and len(st.count) == 16 and st.d2[0] == 24.0
+    st = st.push(d2=0.0, noise=0.0, var=1.0, count=300)  # one big step alone holds ≥ 256
+    assert st.count == (300,)
+    assert PriorErrorState.from_dict(st.to_dict()) == st
+
+
+def test_prior_scales_refuse_group_std():
+    """group_std divides all-equal groups (which a prior gives signal) by std 0: refused for v05, v05_eb and dbb."""
+    r, g = np.ones(4), np.zeros(4, np.int64)
+    for fn, kw in ((v05, {"prior": [0.5]}), (v05_eb, {"prior": [0.5]}), (dbb, {"prompt_ids": ["q"]})):
+        with pytest.raises(ValueError, match="group_std"):
+            fn(r, g, scale="group_std", **kw)
+
+
+def test_ambiguous_per_rollout_prior_is_refused():
+    """With one rollout per group (N = G) and group ids out of order, a prior of length N could be per group or per
+    rollout: refused. In order, both readings agree and it is accepted."""
+    r = np.array([1.0, -1.0, 1.0])
+    with pytest.raises(ValueError, match="could be per group"):
+        v05(r, np.array([1, 0, 2]), prior=[0.1, 0.2, 0.3])
+    est = v05_eb(r, np.array([0, 1, 2]), prior=[0.1, 0.2, 0.3], n0=1e12)  # n0 → ∞: b = V, read in order
+    np.testing.assert_allclose(est.baseline, [0.1, 0.2, 0.3])
 
 
 def test_v05_eb_beats_group_mean_with_calibrated_prior():
@@ -112,7 +189,7 @@ def test_v05_eb_beats_group_mean_with_calibrated_prior():
     prior = np.clip(mu + rng.normal(0, 0.3, n_groups), -1, 1)
     r = np.where(rng.random((n_groups, k)) < ((mu + 1) / 2)[:, None], 1.0, -1.0).ravel()
     g = np.repeat(np.arange(n_groups), k)
-    eb = v05_eb(r, g, prior=prior, guard_z=None).baseline.reshape(n_groups, k)[:, 0]
+    eb = v05_eb(r, g, prior=prior).baseline.reshape(n_groups, k)[:, 0]
     gm = segment_mean(r, g)
     d = (gm - mu) ** 2 - (eb - mu) ** 2  # paired per-prompt improvement
     assert d.mean() > 4 * d.std(ddof=1) / np.sqrt(n_groups)
@@ -140,6 +217,6 @@ def test_v05_eb_single_rollouts_use_the_plugin_variance():
     Σ(v̄ − V)² = 1 + 1 + 0.25 = 2.25, Σ ŝ² = 1 + 1 + 0.75 = 2.75 → τ̂² = (2.25 − 2.75)/3 < floor 0.01 → τ² = 0.01,
     σ̄² = 2.75/3 → n0 = 91.67."""
     r, g = np.array([1.0, -1.0, 1.0]), np.arange(3)
-    est = v05_eb(r, g, prior=[0.0, 0.0, 0.5], guard_z=None)
+    est = v05_eb(r, g, prior=[0.0, 0.0, 0.5])
     np.testing.assert_allclose(est.n0, 2.75 / 3 / 0.01)
-    np.testing.assert_allclose(v05_eb(r, g, prior=[0.0] * 3, tau2=0.5, guard_z=None).n0, 2.0)
+    np.testing.assert_allclose(v05_eb(r, g, prior=[0.0] * 3, tau2=0.5).n0, 2.0)

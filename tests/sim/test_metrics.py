@@ -79,7 +79,7 @@ def test_reproduces_reference_eb_context_n0(population):
             n0 = np.mean((1 - sc**2) / 0.9) / tau2
             mu = population.mu[idx]
             en = enumerate_outcomes(k, mu)
-            est = estimate("v05_eb", en.rewards, en.group, prior=np.full(len(en.prob), sc.mean()), n0=n0, guard_z=None)
+            est = estimate("v05_eb", en.rewards, en.group, prior=np.full(len(en.prob), sc.mean()), n0=n0)
             tally.add(group_stats(est, en.group, mu[en.prompt], idx[en.prompt], en.prob), replicate=0, sampled=False)
         assert tally.summary()["mse"] == pytest.approx(ref, abs=1e-3)
 

@@ -155,3 +155,19 @@ def test_bad_config_raises_value_error(kwargs):
     """Bad configurations fail at construction with a ValueError."""
     with pytest.raises(ValueError):
         SimConfig(**kwargs)
+
+
+def test_v05_eb_default_guard_costs_at_most_two_percent():
+    """Issue 6: on the bundled data with an oracle prior (noise 0.2) at hallucination rates 0, 0.1 and 0.3, the default
+    v05_eb (fixed k = 4) has baseline MSE ≤ 1.02 × the unguarded one (the old Gaussian guard, z = 3, cost 19% at
+    rate 0). Both run on the same sampled states (common random numbers, exact expectation given the state)."""
+
+    priors = ("oracle:noise=0.2,halluc=0", "oracle:noise=0.2,halluc=0.1", "oracle:noise=0.2,halluc=0.3")
+    cfg = SimConfig(
+        estimators=("v05_eb", "v05_eb:guard_level=none"), allocators=("fixed",), priors=priors, ks=(4,),
+        noise_sweep=(), reps=4, equal_budget=False,
+    )  # fmt: skip
+    res = run_simulation(v0_population(load_v0()), cfg)
+    mse = {(r["prior"], r["estimator"]): r["mse"] for r in res.records}
+    for p in priors:
+        assert mse[(p, "v05_eb")] <= 1.02 * mse[(p, "v05_eb:guard_level=none")], p

@@ -26,7 +26,7 @@ import numpy as np
 
 from v05._checks import RewardRange, check_int
 from v05._types import BoolArray, FloatArray, IntArray
-from v05.allocation.driver import Draw, Pool, require_keys
+from v05.allocation.driver import Draw, Finish, Pool, require_keys
 from v05.allocation.keyed import find, upsert
 from v05.rewards import to_pm1
 
@@ -186,7 +186,7 @@ class DPS:
         observed = np.where(rate <= 0.0, UNSOLVED, np.where(rate >= 1.0, SOLVED, PARTIAL))
         return replace(s, observed=observed)
 
-    def finish(self, s: _DpsRound) -> tuple[BoolArray, Any]:  # noqa: D102
+    def finish(self, s: _DpsRound) -> Finish:  # noqa: D102
         sel = np.flatnonzero(s.selected)
         observed = s.observed if s.observed is not None else np.full(len(s.selected), PARTIAL)
         alpha_sel, belief_sel = hmm_update(
@@ -202,7 +202,8 @@ class DPS:
             s.keys[sel],
             (alpha_sel, belief_sel, source_sel),
         )
-        return s.selected.copy(), DpsState(keys, alpha, belief, source)
+        stats = {"mean_p_partial_selected": float(s.belief[sel, PARTIAL].mean()) if sel.size else float("nan")}
+        return Finish(s.selected.copy(), DpsState(keys, alpha, belief, source), stats)
 
 
 __all__ = ["DPS", "DpsState", "hmm_propagate", "hmm_update", "transition_matrix"]

@@ -10,7 +10,8 @@ Protocol (``S`` is the allocator's own frozen round state):
     init(pool: Pool, state) -> S        before the first round
     ask(s: S) -> counts (P,) int        rollouts to draw now per pool prompt; all zero ends the step
     tell(s: S, draw: Draw) -> S         the rewards of the last draw
-    finish(s: S) -> (kept (P,) bool, state)   prompts whose rollouts enter the loss; state for the next step
+    finish(s: S) -> Finish              kept (P,) prompts whose rollouts enter the loss, the state for the next step,
+                                        and the step's statistics (rejection rate, extra rollouts, ...)
 
 This module holds the driver and the protocol; the allocators live beside it in the package: ``Fixed`` and
 ``DynamicSampling`` (:mod:`v05.allocation.uniform`), ``OSLA`` (:mod:`v05.allocation.osla`), ``SARA``
@@ -20,7 +21,7 @@ This module holds the driver and the protocol; the allocators live beside it in 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 import numpy as np
@@ -45,6 +46,8 @@ class Pool:
         keys: (P,) stable prompt keys, or None when the caller gave none. Allocators that keep per-prompt state
             across steps (SARA, DPS) require them (:func:`require_keys`): pool positions change between steps.
         prior: (P,) value-model prior on the reward scale, or None.
+        n0: (P,) the prior's worth in rollouts (its pseudo-count σ̄²/τ², from ``v05_eb``'s state or a provider's
+            calibration), or None; read by OSLA's ``eb_guard`` rule.
         reward_range: ``"pm1"`` or ``"01"``.
         rng: the step's random generator (allocators that randomise draw from it).
     """
@@ -52,6 +55,7 @@ class Pool:
     n_prompts: int
     keys: np.ndarray | None
     prior: FloatArray | None
+    n0: FloatArray | None
     reward_range: RewardRange
     rng: np.random.Generator
 
@@ -64,6 +68,22 @@ class Draw:
     rewards: FloatArray
 
 
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """What an allocator returns at the end of a step.
+
+    Attributes:
+        kept: (P,) prompts whose rollouts enter the loss.
+        state: the allocator's state for the next step (None if it keeps none).
+        stats: the step's statistics as JSON-serialisable values (e.g. OSLA's ``reject_rate``, ``mean_weight``,
+            ``extra_rollouts``, ``k_hist``), for the training log.
+    """
+
+    kept: BoolArray
+    state: Any = None
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
 class Allocator(Protocol):
     """A rollout allocator (see the module docstring for the protocol)."""
 
@@ -73,7 +93,7 @@ class Allocator(Protocol):
 
     def tell(self, s: Any, draw: Draw) -> Any: ...  # noqa: D102
 
-    def finish(self, s: Any) -> tuple[BoolArray, Any]: ...  # noqa: D102
+    def finish(self, s: Any) -> Finish: ...  # noqa: D102
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +107,7 @@ class Allocation:
         kept: (P,) prompts whose rollouts enter the loss.
         rounds: number of ``sample`` calls.
         state: the allocator's state for the next step (None if it keeps none).
+        stats: the allocator's statistics of this step (see :class:`Finish`).
     """
 
     rewards: FloatArray
@@ -95,6 +116,7 @@ class Allocation:
     kept: BoolArray
     rounds: int
     state: Any = None
+    stats: dict[str, Any] = field(default_factory=dict)
 
     @property
     def n_rollouts(self) -> int:
@@ -118,6 +140,7 @@ def allocate(
     n_prompts: int,
     rng: np.random.Generator,
     prior: object = None,
+    n0: object = None,
     keys: object = None,
     reward_range: RewardRange = "pm1",
     state: Any = None,
@@ -131,6 +154,7 @@ def allocate(
         n_prompts: P, the candidate pool size.
         rng: random generator for allocators that randomise.
         prior: (P,) prior on the reward scale (needed by ``osla``), or None.
+        n0: the prior's pseudo-count, scalar or (P,) ≥ 0 (needed by ``osla`` with ``test="eb_guard"``), or None.
         keys: (P,) stable prompt keys (ints or strings; required by ``sara`` and ``dps``, which keep per-prompt state
             across steps).
         reward_range: ``"pm1"`` or ``"01"``.
@@ -150,10 +174,15 @@ def allocate(
         check_in_range(prior_arr, "prior", reward_range)
         if len(prior_arr) != n_prompts:
             raise ValueError(f"prior must have one value per pool prompt ({n_prompts}), got {len(prior_arr)}")
+    n0_arr = None
+    if n0 is not None:
+        n0_arr = np.broadcast_to(as_float_1d(np.atleast_1d(np.asarray(n0, np.float64)), "n0"), (n_prompts,)).copy()
+        if np.any(n0_arr < 0):
+            raise ValueError(f"n0 must be >= 0, got {float(n0_arr.min())!r}")
     key_arr = None if keys is None else np.asarray(keys)
     if key_arr is not None and key_arr.shape != (n_prompts,):
         raise ValueError(f"keys must have shape ({n_prompts},), got {key_arr.shape}")
-    pool = Pool(int(n_prompts), key_arr, prior_arr, reward_range, rng)
+    pool = Pool(int(n_prompts), key_arr, prior_arr, n0_arr, reward_range, rng)
     s = allocator.init(pool, state)
     counts = np.zeros(n_prompts, np.int64)
     rewards_parts: list[FloatArray] = []
@@ -182,10 +211,11 @@ def allocate(
         counts += ask
         rounds += 1
         s = allocator.tell(s, draw)
-    kept, new_state = allocator.finish(s)
+    end = allocator.finish(s)
     rewards = np.concatenate(rewards_parts) if rewards_parts else np.zeros(0)
     prompt = np.concatenate(prompt_parts) if prompt_parts else np.zeros(0, np.int64)
-    return Allocation(rewards, prompt, counts, np.asarray(kept, bool) & (counts > 0), rounds, new_state)
+    kept = np.asarray(end.kept, bool) & (counts > 0)
+    return Allocation(rewards, prompt, counts, kept, rounds, end.state, dict(end.stats))
 
 
 def require_keys(pool: Pool, allocator: str) -> np.ndarray:
@@ -228,6 +258,7 @@ __all__ = [
     "Allocation",
     "Allocator",
     "Draw",
+    "Finish",
     "Order",
     "Pool",
     "SampleFn",

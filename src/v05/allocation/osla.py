@@ -1,12 +1,19 @@
 r"""OSLA: the V0.5 one-step-look-ahead rollout budget, run in synchronous rounds over the pool (SPEC §3.3).
 
-Per prompt, with Δ̂²_k from the V0.5 test (:func:`v05.baselines.v05_shrinkage`, ±1 space) after k rollouts:
+Per prompt, with Δ̂²_k from the V0.5 test (:func:`v05.baselines.v05_shrinkage`, ±1 space) after k rollouts and the
+noise σ² of the test (1, the paper's bound; or the plug-in 1 − V²):
 
-    gain(k) = MSE_hat(k) − MSE_hat(k+1) = Δ̂⁴ / ((1 + kΔ̂²)(1 + (k+1)Δ̂²)),   MSE_hat(k) = Δ̂²/(1 + kΔ̂²)
+    MSE_hat(k) = Δ̂²σ²/(σ² + kΔ̂²),   gain(k) = MSE_hat(k) − MSE_hat(k+1) = Δ̂⁴σ² / ((σ² + kΔ̂²)(σ² + (k+1)Δ̂²))
     continue  iff  Δ̂²_k > 0  and  gain(k) > c  and  k < k_max
 
+(σ² = 1 gives the paper's Δ̂⁴/((1 + kΔ̂²)(1 + (k+1)Δ̂²)).) With ``test="eb_guard"`` (ours, for ``v05_eb``) the test is
+the empirical-Bayes guard instead: a prompt whose outcomes are improbable under its prior's Beta–Binomial
+predictive (:func:`v05.baselines.eb_guard_pvalue` < ``guard_level``; needs the prior's pseudo-count n0)
+loses its prior, so its baseline is the group mean, MSE σ²/k, and it continues while σ²/(k(k + 1)) > c.
+
 Deviations from the paper (whose exact rule is not public; SPEC marks it *reconstructed*): the batched round
-schedule (``plus_one`` or ``jump`` to the predicted stopping k) and the global ``extra_budget`` variant (ours).
+schedule (``plus_one`` or ``jump`` to the predicted stopping k), the global ``extra_budget`` variant and the
+``eb_guard`` test (ours).
 """
 
 from __future__ import annotations
@@ -20,20 +27,28 @@ import numpy as np
 
 from v05._checks import RewardRange, as_float_1d, check_int, check_positive
 from v05._types import BoolArray, FloatArray, IntArray
-from v05.allocation.driver import Draw, Pool
-from v05.baselines import NoiseModel, v05_shrinkage
+from v05.allocation.driver import Draw, Finish, Pool
+from v05.baselines import NoiseModel, eb_guard_pvalue, v05_shrinkage
 from v05.rewards import to_pm1
 
 logger = logging.getLogger(__name__)
 
 Schedule = Literal["plus_one", "jump"]
+OslaTest = Literal["v05", "eb_guard"]
 
 
-def osla_gain(delta2: FloatArray, k: IntArray | FloatArray) -> FloatArray:
-    """One-step look-ahead gain Δ̂⁴ / ((1 + kΔ̂²)(1 + (k+1)Δ̂²)) for (P,) Δ̂² ≥ 0 and k ≥ 1 (broadcast)."""
+def osla_gain(delta2: FloatArray, k: IntArray | FloatArray, sigma2: FloatArray | float = 1.0) -> FloatArray:
+    """One-step look-ahead gain Δ̂⁴σ² / ((σ² + kΔ̂²)(σ² + (k+1)Δ̂²)) for (P,) Δ̂² ≥ 0, k ≥ 1 and σ² ≥ 0 (broadcast).
+
+    σ² = 1 (default) is the paper's Δ̂⁴/((1 + kΔ̂²)(1 + (k+1)Δ̂²)); Δ̂² → ∞ gives σ²/(k(k + 1)), the gain of the plain
+    group mean; σ² = 0 gives 0.
+    """
     d = np.asarray(delta2, np.float64)
     k_f = np.asarray(k, np.float64)
-    return d * d / ((1.0 + k_f * d) * (1.0 + (k_f + 1.0) * d))
+    s2 = np.asarray(sigma2, np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        g = d * d * s2 / ((s2 + k_f * d) * (s2 + (k_f + 1.0) * d))
+        return np.where(np.isfinite(d), np.nan_to_num(g), s2 / (k_f * (k_f + 1.0)))
 
 
 def osla_stop_k(delta2: object, k: object = 4, *, c: float = 0.0039, k_max: int = 16) -> IntArray:
@@ -74,12 +89,12 @@ def osla_stop_k(delta2: object, k: object = 4, *, c: float = 0.0039, k_max: int 
     return _stop_k(d, k_arr, c, k_max)
 
 
-def _stop_k(delta2: FloatArray, k: IntArray, c: float, k_max: int) -> IntArray:
+def _stop_k(delta2: FloatArray, k: IntArray, c: float, k_max: int, sigma2: FloatArray | float = 1.0) -> IntArray:
     """Vectorised k* (trusted inputs): scan k' = k … k_max − 1 (at most k_max steps, all prompts at once)."""
     stop = k.copy()
     running = (delta2 > 0) & (k < k_max)  # (P,)
     while running.any():
-        go = running & (osla_gain(delta2, stop) > c)
+        go = running & (osla_gain(delta2, stop, sigma2) > c)
         stop = stop + go
         running = go & (stop < k_max)
     return stop
@@ -90,12 +105,14 @@ class _OslaRound:
     """OSLA round state (all (P,) arrays are ±1-space statistics of the prompts sampled so far)."""
 
     prior: FloatArray  # (P,) V in ±1 space
+    n0: FloatArray | None  # (P,) the prior's pseudo-count (eb_guard test)
     active: BoolArray  # (P,) prompts this step samples
     k: IntArray  # (P,) rollouts drawn
     s: FloatArray  # (P,) sum of ±1 rewards
     ask: IntArray  # (P,) the next draw (all zero: done)
     extra_left: int | None  # remaining global extra budget
     reward_range: RewardRange
+    first_reject: BoolArray | None = None  # (P,) the test's verdict after round 0
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -112,9 +129,16 @@ class OSLA:
 
         rollouts ≤ batch_size · k_max   (and ≤ batch_size · k_init + extra_budget)
 
+    With ``test="eb_guard"`` the prior is tested by ``v05_eb``'s guard instead (see the module docstring; needs
+    ``allocate(..., n0=...)``): prompts it flags receive extras while σ²/(k(k + 1)) > c, the others stop at k_init.
+
     Needs a prior (``allocate(..., prior=...)``, on the reward scale; mapped to ±1 with ``to_pm1``).
     Degenerate cases: an accepted prior (Δ̂² = 0) stops at k_init; a useless prior goes to k_max.
     ``k_init < 4`` warns: below 4 a single flipped outcome can reject an exact prior (SPEC §3.2).
+    Statistics returned per step (``Allocation.stats``, SPEC §3.3): ``reject_rate`` (the test's rejections after
+    round 0), ``continued_frac``, ``extra_rollouts``, ``mean_k``, ``k_hist`` (counts of k = 0, 1, ...),
+    ``mean_weight`` (ŵ at the final k; ``eb_guard``: k/(k + n0) with n0 = 0 where flagged) and ``mean_abs_shift``
+    (|b − v̄| at the final k).
 
     References: Zhang et al. (2026) "V0.5: Generalist Value Model as a Prior for Sparse RL Rollouts",
     arXiv:2603.10848 (OSLA, c = 0.0039, k_init = 4, k_max = 16; the rule's exact form is reconstructed).
@@ -133,7 +157,12 @@ class OSLA:
     extra_budget: int | None = None
     """global cap on rollouts beyond round 0 per step, spent greedily by gain (None: no cap, the paper's rule)."""
     noise: NoiseModel = "bound"
-    """noise model of the test: ``"bound"`` σ² = 1 (paper) or ``"plugin"`` σ² = 1 − V² (ablation)."""
+    """noise model of the test and the gain: ``"bound"`` σ² = 1 (paper) or ``"plugin"`` σ² = 1 − V² (ablation;
+    ``eb_guard``: 1 − v̄², the prior being rejected)."""
+    test: OslaTest = "v05"
+    """``"v05"``: the paper's test (Δ̂² > 0); ``"eb_guard"``: ``v05_eb``'s Beta–Binomial guard (needs n0)."""
+    guard_level: float = 0.01
+    """level of the ``eb_guard`` test (a prompt is flagged when its p-value is below it)."""
 
     def __post_init__(self) -> None:
         check_int(self.k_init, "k_init", 1)
@@ -145,6 +174,10 @@ class OSLA:
             raise ValueError(f"unknown schedule {self.schedule!r}; valid: plus_one, jump")
         if self.noise not in ("bound", "plugin"):
             raise ValueError(f"unknown noise {self.noise!r}; valid: bound, plugin")
+        if self.test not in ("v05", "eb_guard"):
+            raise ValueError(f"unknown test {self.test!r}; valid: v05, eb_guard")
+        if not 0.0 < self.guard_level < 1.0:
+            raise ValueError(f"guard_level must lie in (0, 1), got {self.guard_level!r}")
         if self.batch_size is not None:
             check_int(self.batch_size, "batch_size", 1, hint=" (or None for the whole pool)")
         if self.extra_budget is not None:
@@ -160,11 +193,17 @@ class OSLA:
     def init(self, pool: Pool, state: Any) -> _OslaRound:  # noqa: D102
         if pool.prior is None:
             raise ValueError("osla needs a prior: pass allocate(..., prior=...) with one value per pool prompt")
+        if self.test == "eb_guard" and pool.n0 is None:
+            raise ValueError(
+                "osla with test='eb_guard' needs the prior's pseudo-count: pass allocate(..., n0=...) "
+                "(e.g. PriorErrorState.n0() of v05_eb's state, or a provider's calibrated n0)"
+            )
         n = pool.n_prompts
         active = np.zeros(n, bool)
         active[: min(self.batch_size or n, n)] = True
         return _OslaRound(
             prior=to_pm1(pool.prior, pool.reward_range),
+            n0=pool.n0,
             active=active,
             k=np.zeros(n, np.int64),
             s=np.zeros(n),
@@ -178,38 +217,68 @@ class OSLA:
 
     def tell(self, s: _OslaRound, draw: Draw) -> _OslaRound:  # noqa: D102
         n = len(s.k)
+        r_pm1 = to_pm1(draw.rewards, s.reward_range)
         k = s.k + np.bincount(draw.prompt, minlength=n)  # (P,)
-        total = s.s + np.bincount(draw.prompt, weights=to_pm1(draw.rewards, s.reward_range), minlength=n)
-        delta2 = self.delta2(total, k, s.prior)
-        gain = osla_gain(delta2, k)
-        go = s.active & (delta2 > 0) & (gain > self.c) & (k < self.k_max)  # (P,) the per-prompt rule
+        total = s.s + np.bincount(draw.prompt, weights=r_pm1, minlength=n)
+        if self.test == "eb_guard" and np.any((r_pm1 != 1.0) & (r_pm1 != -1.0)):
+            raise ValueError("osla with test='eb_guard' needs binary rewards (the top or bottom of the reward range)")
+        reject, delta2, sigma2 = self._test(total, k, s.prior, s.n0)
+        gain = osla_gain(delta2, k, sigma2)
+        go = s.active & reject & (gain > self.c) & (k < self.k_max)  # (P,) the per-prompt rule
         if self.schedule == "plus_one":
             want = go.astype(np.int64)
         else:
-            want = np.where(go, _stop_k(delta2, k, self.c, self.k_max) - k, 0)
+            want = np.where(go, _stop_k(delta2, k, self.c, self.k_max, sigma2) - k, 0)
         extra_left = s.extra_left
         if extra_left is not None:
             want, extra_left = _greedy(want, gain, extra_left)
-        return _OslaRound(s.prior, s.active, k, total, want, extra_left, s.reward_range)
+        first = s.first_reject if s.first_reject is not None else s.active & reject
+        return _OslaRound(s.prior, s.n0, s.active, k, total, want, extra_left, s.reward_range, first)
 
-    def finish(self, s: _OslaRound) -> tuple[BoolArray, Any]:  # noqa: D102
-        sampled = s.k[s.active]
-        if sampled.size:
-            extra = int((sampled - self.k_init).sum())
-            continued = float(np.mean(sampled > self.k_init))
-            logger.debug(
-                "osla: k histogram %s, %d extra rollouts, continued %.3f",
-                np.bincount(sampled).tolist(),
-                extra,
-                continued,
-            )
-        return s.active.copy(), None
+    def finish(self, s: _OslaRound) -> Finish:  # noqa: D102
+        act = np.flatnonzero(s.active)
+        if act.size == 0:
+            return Finish(s.active.copy())
+        k = s.k[act]
+        k_f = k.astype(np.float64)
+        vbar = s.s[act] / k_f
+        reject, _, _ = self._test(s.s[act], k, s.prior[act], None if s.n0 is None else s.n0[act])
+        if self.test == "v05":
+            fused = v05_shrinkage(vbar, s.prior[act], k_f, noise=self.noise)
+            weight, base = fused.weight, fused.baseline
+        else:
+            n0 = np.where(reject, 0.0, s.n0[act])  # type: ignore[index]
+            weight = k_f / (k_f + n0)
+            base = weight * vbar + (1.0 - weight) * s.prior[act]
+        first = s.first_reject[act] if s.first_reject is not None else np.zeros(act.size, bool)
+        stats = {
+            "reject_rate": float(first.mean()),
+            "continued_frac": float(np.mean(k > self.k_init)),
+            "extra_rollouts": int((k - self.k_init).sum()),
+            "mean_k": float(k_f.mean()),
+            "k_hist": np.bincount(k).tolist(),
+            "mean_weight": float(weight.mean()),
+            "mean_abs_shift": float(np.mean(np.abs(base - vbar))),
+        }
+        return Finish(s.active.copy(), None, stats)
 
-    def delta2(self, sum_pm1: FloatArray, k: IntArray, prior_pm1: FloatArray) -> FloatArray:
-        """Δ̂² per prompt from ±1 reward sums (0 where k = 0), via :func:`v05.baselines.v05_shrinkage`."""
+    def _test(
+        self, sum_pm1: FloatArray, k: IntArray, prior_pm1: FloatArray, n0: FloatArray | None
+    ) -> tuple[BoolArray, FloatArray, FloatArray]:
+        """(reject, Δ̂², σ²) per prompt (reject False and Δ̂² = 0 where k = 0).
+
+        ``eb_guard`` reports Δ̂² = ∞ for a rejected prior (the gain of the plain group mean) and 0 otherwise.
+        """
         k_safe = np.maximum(k, 1).astype(np.float64)
-        d2 = v05_shrinkage(sum_pm1 / k_safe, prior_pm1, k_safe, noise=self.noise).delta2
-        return np.where(k > 0, d2, 0.0)
+        vbar = sum_pm1 / k_safe
+        if self.test == "v05":
+            d2 = np.where(k > 0, v05_shrinkage(vbar, prior_pm1, k_safe, noise=self.noise).delta2, 0.0)
+            sigma2 = 1.0 if self.noise == "bound" else np.maximum(1.0 - prior_pm1 * prior_pm1, 0.0)
+            return d2 > 0, d2, np.broadcast_to(np.asarray(sigma2, np.float64), d2.shape)
+        successes = (sum_pm1 + k) / 2.0  # (P,) ±1 sums → success counts
+        reject = (k > 0) & (eb_guard_pvalue(successes, k.astype(np.float64), prior_pm1, n0) < self.guard_level)
+        sigma2 = np.ones_like(vbar) if self.noise == "bound" else np.maximum(1.0 - vbar * vbar, 0.0)
+        return reject, np.where(reject, np.inf, 0.0), sigma2
 
 
 def _greedy(want: IntArray, gain: FloatArray, budget: int) -> tuple[IntArray, int]:
@@ -223,4 +292,4 @@ def _greedy(want: IntArray, gain: FloatArray, budget: int) -> tuple[IntArray, in
     return out, budget - int(grant.sum())
 
 
-__all__ = ["OSLA", "Schedule", "osla_gain", "osla_stop_k"]
+__all__ = ["OSLA", "OslaTest", "Schedule", "osla_gain", "osla_stop_k"]

@@ -17,7 +17,6 @@ update the history. The pool ``prior`` is not used (SARA's belief comes from his
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -25,10 +24,8 @@ import numpy as np
 
 from v05._checks import as_float_1d, check_int, check_probability
 from v05._types import BoolArray, FloatArray, IntArray
-from v05.allocation.driver import Draw, Order, Pool, check_order, prompt_order, require_keys
+from v05.allocation.driver import Draw, Finish, Order, Pool, check_order, prompt_order, require_keys
 from v05.allocation.posterior import BetaHistory, BetaPosterior
-
-logger = logging.getLogger(__name__)
 
 FRESH, PROBING, COMMITTED, ABANDONED = 0, 1, 2, 3
 """Per-prompt status within a step."""
@@ -231,13 +228,17 @@ class SARA:
         ask[fresh] = self.m0
         return replace(s, taken=s.taken + n_new, status=status, ask=ask)
 
-    def finish(self, s: _SaraRound) -> tuple[BoolArray, Any]:  # noqa: D102
+    def finish(self, s: _SaraRound) -> Finish:  # noqa: D102
         seen = np.flatnonzero(s.m > 0)
         history = s.history.update(s.keys[seen], s.succ[seen], s.m[seen].astype(np.float64), lambda_=self.lambda_)
         kept = s.status == COMMITTED
-        n_abandoned = int(np.sum(s.status == ABANDONED))
-        logger.debug("sara: %d rollouts, %d committed, %d abandoned", s.spent, kept.sum(), n_abandoned)
-        return kept, history
+        stats = {
+            "rollouts": s.spent,
+            "committed": int(kept.sum()),
+            "abandoned": int(np.sum(s.status == ABANDONED)),
+            "probed": int(seen.size),
+        }
+        return Finish(kept, history, stats)
 
 
 __all__ = ["SARA", "p_eff"]

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 
 from v05._checks import check_int
-from v05._types import BoolArray, IntArray
-from v05.allocation.driver import Draw, Order, Pool, check_order, group_extremes, prompt_order
+from v05._types import IntArray
+from v05.allocation.driver import Draw, Finish, Order, Pool, check_order, group_extremes, prompt_order
 
 logger = logging.getLogger(__name__)
 
@@ -49,8 +49,8 @@ class Fixed:
     def tell(self, s: tuple[int, bool], draw: Draw) -> tuple[int, bool]:  # noqa: D102
         return s[0], True
 
-    def finish(self, s: tuple[int, bool]) -> tuple[BoolArray, Any]:  # noqa: D102
-        return np.ones(s[0], bool), None
+    def finish(self, s: tuple[int, bool]) -> Finish:  # noqa: D102
+        return Finish(np.ones(s[0], bool))
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,13 +72,14 @@ class DynamicSampling:
     Round t samples the next ``gen_batch_size`` prompts of the pool (pool order, or one permutation drawn from the
     step's rng with ``order="random"``), ``k`` rollouts each, and keeps the groups whose rewards are not all equal
     (std > 0, i.e. a non-zero GRPO advantage). It stops when ``batch_size`` groups are kept, after ``max_rounds``
-    rounds, or when the pool is used up; the kept groups are truncated to the first ``batch_size`` in draw order.
+    rounds, or when the pool is used up; the kept groups are truncated to the first ``batch_size`` in sampling order
+    (the pool order, or the random permutation).
 
         rollouts spent = rounds · gen_batch_size · k   (≤ max_rounds · gen_batch_size · k)
 
     Degenerate case: if the rounds or the pool run out first, fewer than ``batch_size`` groups are kept (logged at
-    INFO; DAPO's verl trainer raises instead, the DPS repo continues as here). Rounds and rollouts spent are logged
-    at DEBUG and are in ``Allocation.rounds`` / ``Allocation.n_rollouts``. Keeps no state across steps.
+    INFO; DAPO's verl trainer raises instead, the DPS repo continues as here). Rounds, rollouts spent and groups
+    kept are in ``Allocation.stats``. Keeps no state across steps.
 
     References: Yu et al. (2025) "DAPO: An Open-Source LLM Reinforcement Learning System at Scale",
     arXiv:2503.14476 (dynamic sampling); loop as in the DPS repo (``recipe/dps/our_ray_trainer.py``).
@@ -114,24 +115,24 @@ class DynamicSampling:
 
     def tell(self, s: _DSRound, draw: Draw) -> _DSRound:  # noqa: D102
         lo, hi = group_extremes(draw, len(s.order))  # (P,)
-        ids = draw.prompt[np.r_[True, draw.prompt[1:] != draw.prompt[:-1]]]  # prompts in draw order
-        kept = s.kept + tuple(int(i) for i in ids if hi[i] > lo[i])
+        batch = s.order[s.taken : s.taken + (self.gen_batch_size or self.batch_size)]  # this round's prompts, in order
+        kept = s.kept + tuple(int(i) for i in batch if hi[i] > lo[i])
         taken = min(s.taken + (self.gen_batch_size or self.batch_size), len(s.order))
         rounds = s.rounds + 1
         done = len(kept) >= self.batch_size or rounds >= self.max_rounds or taken >= len(s.order)
         return _DSRound(s.order, taken, kept, rounds, s.spent + len(draw.rewards), done)
 
-    def finish(self, s: _DSRound) -> tuple[BoolArray, Any]:  # noqa: D102
+    def finish(self, s: _DSRound) -> Finish:  # noqa: D102
         kept = np.zeros(len(s.order), bool)
-        kept[list(s.kept[: self.batch_size])] = True
-        logger.debug("dynamic_sampling: %d round(s), %d rollouts, %d group(s) kept", s.rounds, s.spent, kept.sum())
+        kept[list(s.kept[: self.batch_size])] = True  # the first batch_size mixed groups in the sampling order
         if len(s.kept) < self.batch_size:
             logger.info(
                 "dynamic_sampling kept %d of batch_size=%d groups (rounds or pool ran out)",
                 len(s.kept),
                 self.batch_size,
             )
-        return kept, None
+        stats = {"rounds": s.rounds, "rollouts": s.spent, "mixed_groups": len(s.kept), "kept_groups": int(kept.sum())}
+        return Finish(kept, None, stats)
 
 
 __all__ = ["DynamicSampling", "Fixed"]

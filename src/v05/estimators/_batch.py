@@ -49,11 +49,18 @@ class Batch:
 def per_group(values: object, name: str, group: IntArray, n_groups: int, reward_range: RewardRange) -> FloatArray:
     """Accept a per-group (G,) or per-rollout (N,) array on the reward scale and return it per group (G,).
 
-    A per-rollout array must be constant within each group (it is one value per prompt, repeated). When G = N the
-    array is read per group.
+    A per-rollout array must be constant within each group (it is one value per prompt, repeated). When G = N (one
+    rollout per group) both readings coincide only if the group ids are in order (``group == arange(G)``); otherwise
+    the array is ambiguous and refused.
     """
     v = as_float_1d(values, name)
     check_in_range(v, name, reward_range)
+    if len(v) == n_groups == len(group) and not np.array_equal(group, np.arange(n_groups)):
+        raise ValueError(
+            f"{name} has {len(v)} values for {n_groups} groups of one rollout each whose ids are not in order, so it "
+            f"could be per group or per rollout; reorder the batch so that group == arange(G), or pass it per group "
+            f"with the rollouts sorted by group"
+        )
     if len(v) == n_groups:
         return v
     if len(v) == len(group):
@@ -90,6 +97,32 @@ def check_scale(scale: str) -> None:
     """Reject unknown scale names, listing the valid ones."""
     if scale not in SCALES:
         raise ValueError(f"unknown scale {scale!r}; valid: {', '.join(SCALES)}")
+
+
+def check_prior_scale(scale: str, estimator: str) -> None:
+    """Reject unknown scales, and ``group_std`` for estimators whose baseline is not the group mean.
+
+    A prior (or history) gives all-equal groups a non-zero advantage, but their empirical std is 0: dividing by it
+    would blow the advantage up to ~1e6 (A / ε). ``none`` (default) or ``model_std`` scale safely.
+    """
+    check_scale(scale)
+    if scale == "group_std":
+        raise ValueError(
+            f"scale='group_std' is not available for {estimator}: it divides by each group's std, which is 0 for the "
+            "all-equal groups a prior gives signal to; use scale='none' (default) or 'model_std'"
+        )
+
+
+def check_binary_successes(r_pm1: FloatArray, batch: Batch, what: str) -> FloatArray:
+    """Successes per group (G,) of ±1 rewards; ValueError if a reward is not binary (the top or bottom of the range)."""
+    binary = (r_pm1 == 1.0) | (r_pm1 == -1.0)
+    if not binary.all():
+        i = int(np.flatnonzero(~binary)[0])
+        raise ValueError(
+            f"{what} assumes binary (Bernoulli) rewards; rewards[{i}] = {float(batch.rewards[i])!r} is neither end of "
+            f"the reward range {batch.reward_range!r} (turn the guard off for graded rewards)"
+        )
+    return np.bincount(batch.group, weights=(r_pm1 > 0).astype(np.float64), minlength=batch.n_groups)
 
 
 def require_prior(batch: Batch, estimator: str) -> FloatArray:

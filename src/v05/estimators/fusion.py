@@ -16,8 +16,8 @@ import numpy as np
 from v05._checks import RewardRange, check_positive
 from v05._types import FloatArray
 from v05.advantages import Scale, scale_advantages
-from v05.baselines import NoiseModel, Switch, pseudo_count_fusion, v05_shrinkage
-from v05.estimators._batch import Estimate, check_scale, prepare, require_prior
+from v05.baselines import NoiseModel, Switch, eb_guard_pvalue, pseudo_count_fusion, v05_shrinkage
+from v05.estimators._batch import Estimate, check_binary_successes, check_prior_scale, prepare, require_prior
 from v05.groups import segment_mean, segment_var
 from v05.rewards import from_pm1, to_pm1
 
@@ -48,7 +48,7 @@ def v05(
     >>> v05([-1., -1., -1., 1.], [0, 0, 0, 0], prior=[0.5]).baseline   # v̄ = −0.5: (v̄ − V)² = 1 > 1/4
     array([-0.25, -0.25, -0.25, -0.25])
     """
-    check_scale(scale)
+    check_prior_scale(scale, "v05")
     if noise not in ("bound", "plugin"):
         raise ValueError(f"unknown noise {noise!r}; valid: bound, plugin")
     if switch not in ("smooth", "hard"):
@@ -62,30 +62,37 @@ def v05(
     return Estimate(adv, base, weight=fused.weight, reject=fused.reject)
 
 
+TAU2_FLOOR = 1e-2
+"""Smallest prior error variance τ̂² any estimate reports (``v05_eb`` and provider calibration alike): with the
+default window of 256 groups at k = 4 the standard error of τ̂² is ≈ 0.01, so smaller values are not resolved."""
+
+
 @dataclass(frozen=True, slots=True)
 class PriorErrorState:
-    """Running statistics of a prior's error over the last ``window`` steps (±1 space), for ``v05_eb``.
+    """Running sums of a prior's error over the most recent groups (±1 space), for ``v05_eb``.
 
-    Per step it keeps (see :func:`prior_error_stats`): Σ (v̄ − V)², Σ s²/k (sampling noise of v̄), Σ s² (s² the
-    unbiased within-group variance) and the number of groups.
+    The window is sized in *groups*: it keeps the most recent steps that together hold at least ``window`` groups
+    (a step is never split), so the estimate rests on the same evidence whatever the batch size. Per step it keeps
+    (see :func:`prior_error_stats`): Σ (v̄ − V)², Σ s²/k (sampling noise of v̄), Σ s² (s² the unbiased within-group
+    variance) and the number of groups.
 
     Attributes:
-        window: number of recent steps kept.
+        window: groups kept (at least; ≥ 1).
         d2: per-step Σ (v̄_g − V_g)².
         noise: per-step Σ s²_g / k_g.
         var: per-step Σ s²_g.
         count: per-step number of groups.
     """
 
-    window: int = 8
+    window: int = 256
     d2: tuple[float, ...] = ()
     noise: tuple[float, ...] = ()
     var: tuple[float, ...] = ()
     count: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.window < 1:
-            raise ValueError(f"window must be >= 1, got {self.window}")
+        if isinstance(self.window, bool) or not isinstance(self.window, (int, np.integer)) or self.window < 1:
+            raise ValueError(f"window must be an integer >= 1 (groups), got {self.window!r}")
 
     @property
     def n_groups(self) -> int:
@@ -93,17 +100,19 @@ class PriorErrorState:
         return int(sum(self.count))
 
     def push(self, d2: float, noise: float, var: float, count: int) -> PriorErrorState:
-        """Append one step's sums, dropping steps older than ``window``."""
-        w = self.window
+        """Append one step's sums, then drop the oldest steps not needed to hold ``window`` groups."""
+        counts = (*self.count, int(count))
+        held = np.cumsum(counts[::-1])  # groups held by the newest 1, 2, ... steps
+        keep = int(np.searchsorted(held, self.window)) + 1  # fewest newest steps holding ≥ window groups
         return PriorErrorState(
-            w,
-            (self.d2 + (d2,))[-w:],
-            (self.noise + (noise,))[-w:],
-            (self.var + (var,))[-w:],
-            (self.count + (count,))[-w:],
+            self.window,
+            (*self.d2, float(d2))[-keep:],
+            (*self.noise, float(noise))[-keep:],
+            (*self.var, float(var))[-keep:],
+            counts[-keep:],
         )
 
-    def tau2(self, floor: float = 1e-2) -> float:
+    def tau2(self, floor: float = TAU2_FLOOR) -> float:
         """τ̂² = (Σ (v̄ − V)² − Σ s²/k) / #groups, clipped at ``floor`` (the prior's error variance)."""
         n = self.n_groups
         return floor if n == 0 else max((sum(self.d2) - sum(self.noise)) / n, floor)
@@ -112,6 +121,25 @@ class PriorErrorState:
         """σ̄² = mean s², an unbiased estimate of E[Var(r | prompt)] (= E[1 − μ²] for ±1 rewards); 1 if empty."""
         n = self.n_groups
         return 1.0 if n == 0 else sum(self.var) / n
+
+    def n0(self, floor: float = TAU2_FLOOR) -> float:
+        """The prior's worth in rollouts, σ̄²/τ̂² (what ``v05_eb`` and OSLA's ``eb_guard`` rule read)."""
+        return self.sigma2() / self.tau2(floor)
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-serialisable form (for checkpoints)."""
+        return {"window": self.window, "d2": self.d2, "noise": self.noise, "var": self.var, "count": self.count}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, object]) -> PriorErrorState:
+        """Inverse of :meth:`to_dict`."""
+        return cls(
+            int(d["window"]),  # type: ignore[call-overload]
+            tuple(float(x) for x in d["d2"]),  # type: ignore[attr-defined]
+            tuple(float(x) for x in d["noise"]),  # type: ignore[attr-defined]
+            tuple(float(x) for x in d["var"]),  # type: ignore[attr-defined]
+            tuple(int(x) for x in d["count"]),  # type: ignore[attr-defined]
+        )
 
 
 def prior_error_stats(vbar_g: FloatArray, prior_g: FloatArray, var_g: FloatArray, k_g: FloatArray) -> tuple[float, ...]:
@@ -146,8 +174,8 @@ def v05_eb(
     tau2: float | None = None,
     state: PriorErrorState | None = None,
     min_groups: int = 16,
-    tau2_floor: float = 1e-2,
-    guard_z: float | None = 3.0,
+    tau2_floor: float = TAU2_FLOOR,
+    guard_level: float | None = None,
     loo: bool = False,
 ) -> Estimate:
     r"""Empirical-Bayes fusion: the prior counts as n0 extra rollouts, n0 from the prior's measured error.
@@ -157,22 +185,35 @@ def v05_eb(
 
     With a calibrated prior of error variance τ², this fusion has MSE σ̄²/(k + n0): the prior is worth n0 rollouts
     at every k. Where n0 comes from, in order: ``n0`` (fixed, scalar or per group), ``tau2`` (fixed τ²; σ̄² from
-    the batch/state), ``state`` with ≥ ``min_groups`` groups of history (online; this batch is *not* used, so n0
-    does not depend on it), otherwise this batch alone (batch-dependent n0). The returned state includes this batch.
-    Hallucination guard (``guard_z``): a prompt with |v̄_k − V| > z·√(τ² + σ̄²/k) is treated as a prior failure
-    (n0 → 0 for that prompt; ``reject`` marks it). ``guard_z=None`` disables it.
+    the state, else from the batch — LOO: the plug-in mean 1 − V², blind to the rewards), ``state`` with ≥
+    ``min_groups`` groups of history (online; this batch is *not* used, so n0 does not depend on it), otherwise
+    this batch alone (plain form; batch-dependent n0) or n0 = 0 (LOO form: RLOO until the history exists, so the
+    LOO form never depends on r_i). The returned state includes this batch (window: :class:`PriorErrorState`).
+
+    Hallucination guard (``guard_level``, off by default): a prompt whose successes are improbable under the prior's
+    own Beta–Binomial predictive (:func:`v05.baselines.eb_guard_pvalue` < level) is treated as a prior failure —
+    n0 → 0 for that prompt, ``reject`` marks it, and OSLA's ``eb_guard`` rule buys it extra rollouts. Rewards must
+    be binary then.
+    In the LOO form every decision for rollout i uses the other k − 1 rollouts only (so a k = 1 group is never
+    flagged and its baseline is never a prior just flagged).
+
     Bias: the plain form includes r_i in b_i (like the group mean); the LOO form is unbiased when n0 and V do not
-    depend on the batch (fixed n0, or the state path). Limits: n0 → 0 gives the (LOO) group mean, n0 → ∞ gives V.
-    Degenerate cases: all-equal groups keep signal (b ≠ r unless V = r); a k = 1 group has no variance estimate and
-    enters τ² and σ̄² with the plug-in 1 − V² (see :func:`prior_error_stats`; biased when V is); LOO with n0 = 0
-    and k = 1 returns b = V.
+    depend on the batch (fixed n0, the state path, or the RLOO fallback) — with the guard on too. Limits: n0 → 0
+    gives the (LOO) group mean, n0 → ∞ gives V. Degenerate cases: all-equal groups keep signal (b ≠ r unless
+    V = r); a k = 1 group has no variance estimate and enters τ² and σ̄² with the plug-in 1 − V² (see
+    :func:`prior_error_stats`; biased when V is); LOO with n0 = 0 and k = 1 gives b = r_i (A = 0).
+    Scaling: ``scale="group_std"`` is refused (an all-equal group, which the prior gives signal, has std 0).
 
     References: ours (SPEC §3.4); the pseudo-count view of a Beta prior; the V0.5 test as guard (arXiv:2603.10848).
     """
-    check_scale(scale)
-    if guard_z is not None:
-        check_positive(guard_z, "guard_z")
+    check_prior_scale(scale, "v05_eb")
+    if guard_level is not None and not (0.0 < guard_level < 1.0):
+        raise ValueError(f"guard_level must lie in (0, 1) or be None (guard off), got {guard_level!r}")
     check_positive(tau2_floor, "tau2_floor")
+    if tau2 is not None:
+        check_positive(tau2, "tau2")
+    if state is not None and not isinstance(state, PriorErrorState):
+        raise ValueError(f"v05_eb state must be the PriorErrorState it returned (or None), got {type(state).__name__}")
     b = prepare(rewards, group, prior=prior, reward_range=reward_range)
     prior_g = to_pm1(require_prior(b, "v05_eb"), reward_range)  # (G,)
     r_pm1 = to_pm1(b.rewards, reward_range)  # (N,)
@@ -181,27 +222,43 @@ def v05_eb(
     var_g = np.nan_to_num(segment_var(r_pm1, b.group, b.n_groups, ddof=1))  # (G,) nan → 0 where k = 1 (unread)
     step_stats = prior_error_stats(vbar_g, prior_g, var_g, k_g)
     state_in = state if state is not None else PriorErrorState()
-    basis = state_in if state_in.n_groups >= min_groups else state_in.push(*step_stats)
-    if tau2 is not None:
-        check_positive(tau2, "tau2")
-    tau2_hat = float(tau2) if tau2 is not None else basis.tau2(tau2_floor)
-    sigma2_hat = basis.sigma2()
+    ready = state_in.n_groups >= min_groups
     if n0 is not None:
         n0_g = np.broadcast_to(np.asarray(n0, np.float64), (b.n_groups,)).copy()
         if not np.all(np.isfinite(n0_g)) or np.any(n0_g < 0):
             raise ValueError(f"n0 must be finite and >= 0, got {n0!r}")
+    elif tau2 is not None:
+        if ready:
+            sigma2_hat = state_in.sigma2()
+        elif loo:
+            sigma2_hat = float(np.mean(1.0 - prior_g * prior_g))
+        else:
+            sigma2_hat = state_in.push(*step_stats).sigma2()
+        n0_g = np.full(b.n_groups, sigma2_hat / float(tau2))
+    elif ready:
+        n0_g = np.full(b.n_groups, state_in.n0(tau2_floor))
+    elif loo:
+        n0_g = np.zeros(b.n_groups)  # no history yet: RLOO, never an n0 that depends on r_i
     else:
-        n0_g = np.full(b.n_groups, sigma2_hat / tau2_hat)
+        n0_g = np.full(b.n_groups, state_in.push(*step_stats).n0(tau2_floor))
     reject = np.zeros(b.n_groups, bool)
-    if guard_z is not None:
-        radius = guard_z * np.sqrt(tau2_hat + sigma2_hat / k_g)  # (G,)
-        reject = np.abs(vbar_g - prior_g) > radius
+    n0_i = None
+    if guard_level is not None:
+        succ_g = check_binary_successes(r_pm1, b, "v05_eb's guard")  # (G,)
+        reject = eb_guard_pvalue(succ_g, k_g, prior_g, n0_g) < guard_level
+        if loo:
+            # rollout i is judged on the other k − 1: its own success leaves succ_g − 1 of them
+            own = (r_pm1 > 0).astype(np.float64)  # (N,)
+            p_i = eb_guard_pvalue(succ_g[b.group] - own, k_g[b.group] - 1.0, prior_g[b.group], n0_g[b.group])
+            n0_i = np.where(p_i < guard_level, 0.0, n0_g[b.group])  # (N,)
         n0_g = np.where(reject, 0.0, n0_g)
-    base_pm1 = pseudo_count_fusion(r_pm1, b.group, prior_g, n0_g, leave_one_out=loo)  # (N,)
+    base_pm1 = pseudo_count_fusion(r_pm1, b.group, prior_g, n0_g, leave_one_out=loo, n0_i=n0_i)  # (N,)
     base = from_pm1(base_pm1, reward_range)
     adv = scale_advantages(b.rewards, base, b.group, scale=scale, reward_range=reward_range)
-    weight = k_g / (k_g + n0_g)
+    k_eff = k_g - 1.0 if loo else k_g  # the LOO baseline of a rollout rests on k − 1 rollouts
+    with np.errstate(invalid="ignore", divide="ignore"):
+        weight = np.where(k_eff + n0_g > 0, k_eff / (k_eff + n0_g), 1.0)
     return Estimate(adv, base, weight=weight, reject=reject, state=state_in.push(*step_stats), n0=n0_g)
 
 
-__all__ = ["PriorErrorState", "prior_error_stats", "v05", "v05_eb"]
+__all__ = ["TAU2_FLOOR", "PriorErrorState", "prior_error_stats", "v05", "v05_eb"]

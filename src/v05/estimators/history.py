@@ -13,7 +13,7 @@ import numpy as np
 from v05._checks import RewardRange, check_positive
 from v05.advantages import Scale, scale_advantages
 from v05.allocation.posterior import BetaHistory, Decay
-from v05.estimators._batch import Estimate, check_scale, prepare
+from v05.estimators._batch import Estimate, check_prior_scale, prepare
 from v05.groups import segment_sum
 from v05.rewards import from_pm1, to_pm1
 
@@ -66,7 +66,7 @@ def dbb(
     References: Kim et al. (2026) "Discounted Beta–Bernoulli Reward Estimation for Sample-Efficient RLVR",
     arXiv:2603.18444; MoPPS (Qu et al., arXiv:2507.04632) for the discounted update.
     """
-    check_scale(scale)
+    check_prior_scale(scale, "dbb")
     for name, value in (("alpha0", alpha0), ("beta0", beta0)):
         if value is not None:
             check_positive(value, name)

@@ -22,10 +22,7 @@ import numpy as np
 
 from v05._types import FloatArray
 from v05.allocation.posterior import BetaPosterior
-from v05.estimators.fusion import prior_error_stats
-
-TAU2_FLOOR = 1e-3
-"""Smallest error variance a calibration reports (keeps n0 finite when a prior looks perfect on few rows)."""
+from v05.estimators.fusion import TAU2_FLOOR, prior_error_stats
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,8 @@
 
 Options are ``key=value`` pairs separated by commas (``oracle:noise=0.2,bias=0.1``) or one bare value
 (``oracle_noise:0.3``). In a comma list, a piece of the form ``key=value`` with no ``:`` continues the previous
-spec, so ``context_mean,oracle:noise=0.2,bias=0.1`` is two specs. Values become bool, int, float or str.
+spec, so ``context_mean,oracle:noise=0.2,bias=0.1`` is two specs. Values become None (``none``), bool, int, float or
+str.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _OPTION = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
-OptionValue = bool | int | float | str
+OptionValue = bool | int | float | str | None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -38,8 +39,10 @@ class Spec:
 
 
 def parse_value(text: str) -> OptionValue:
-    """``"true"``/``"false"`` → bool, then int, then float, else the string itself."""
+    """``"none"``/``"null"`` → None, ``"true"``/``"false"`` → bool, then int, then float, else the string itself."""
     low = text.strip().lower()
+    if low in ("none", "null"):
+        return None
     if low in ("true", "false"):
         return low == "true"
     for cast in (int, float):
