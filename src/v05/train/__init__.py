@@ -1,0 +1,1 @@
+"""The single-machine trainer: config, loop, loss, policy."""

@@ -1,0 +1,267 @@
+"""The policy: a causal LM and its tokenizer, loaded the same way for the embedded tiny model and for hub checkpoints.
+
+The default policy (``name_or_path="tiny-llama"``) is a 0.54 M-parameter ``LlamaForCausalLM`` over a char-level
+tokenizer, built from a config (no download) so that CPU runs and CI exercise exactly the ``save_pretrained`` /
+``from_pretrained`` path that a real model takes on a GPU. Measured speeds and the recipe: docs/design/cpu-setup.md §2.
+
+Deviation from cpu-setup.md: the char tokenizer carries a ``TemplateProcessing`` post-processor that prepends
+``<bos>``, so that a tokenizer reloaded with ``AutoTokenizer`` encodes prompts exactly as the original did.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import string
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import torch
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
+)
+
+__all__ = [
+    "TINY_NAME",
+    "PolicyConfig",
+    "build_char_tokenizer",
+    "load_policy",
+    "resolve_device",
+    "resolve_dtype",
+    "save_policy",
+    "set_cpu_threads",
+]
+
+logger = logging.getLogger(__name__)
+
+TINY_NAME = "tiny-llama"
+SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>", "<unk>")
+# printable ASCII minus the whitespace a char model never needs to emit: 96 chars, vocab 100 with the specials
+CHARS = tuple(c for c in string.printable if c not in "\t\r\x0b\x0c")
+DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def build_char_tokenizer() -> PreTrainedTokenizerFast:
+    """Build the char-level tokenizer of the tiny policy (vocab 100: 4 specials + 96 printable ASCII chars).
+
+    Every character is one token (``Split(Regex("."), "isolated")`` over a ``WordLevel`` vocabulary); unknown
+    characters map to ``<unk>``. Encoding prepends ``<bos>`` through a ``TemplateProcessing`` post-processor, which
+    is stored in ``tokenizer.json`` and therefore survives ``save_pretrained`` / ``AutoTokenizer.from_pretrained``.
+
+    Returns:
+        A ``PreTrainedTokenizerFast`` with ``<pad>``/``<bos>``/``<eos>``/``<unk>`` set and ``padding_side="left"``.
+
+    Example:
+        >>> tok = build_char_tokenizer()
+        >>> ids = tok("12+3=")["input_ids"]
+        >>> ids[0] == tok.bos_token_id, len(ids), tok.decode(ids, skip_special_tokens=True)
+        (True, 6, '12+3=')
+    """
+    vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS + CHARS)}
+    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    core.decoder = decoders.Fuse()
+    core.post_processor = processors.TemplateProcessing(
+        single="<bos> $A", pair="<bos> $A $B", special_tokens=[("<bos>", vocab["<bos>"])]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        bos_token="<bos>",
+        eos_token="<eos>",
+        pad_token="<pad>",
+        unk_token="<unk>",
+        padding_side="left",
+    )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PolicyConfig:
+    """Which policy to load, on which device and in which precision.
+
+    Example:
+        >>> PolicyConfig(hidden_size=130, num_heads=4)
+        Traceback (most recent call last):
+        ...
+        ValueError: hidden_size=130 must be divisible by num_heads=4 (e.g. hidden_size=128)
+    """
+
+    name_or_path: str = TINY_NAME
+    """``"tiny-llama"`` builds the embedded char-level Llama from the fields below (no download); anything else is a
+    local directory or a hub id passed to ``AutoModelForCausalLM`` / ``AutoTokenizer.from_pretrained``."""
+    hidden_size: int = 128
+    """Tiny model only: width of the residual stream."""
+    num_layers: int = 2
+    """Tiny model only: number of decoder layers."""
+    num_heads: int = 4
+    """Tiny model only: attention heads (as many key/value heads); must divide ``hidden_size``."""
+    intermediate_size: int = 512
+    """Tiny model only: width of the SwiGLU MLP."""
+    max_position_embeddings: int = 128
+    """Tiny model only: longest prompt + response, in characters (incl. ``<bos>``)."""
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    """Parameter dtype; ``"auto"`` is bfloat16 on CUDA and float32 on CPU."""
+    device: str = "auto"
+    """Torch device string (``"cpu"``, ``"cuda"``, ``"cuda:1"``); ``"auto"`` is CUDA when available, else CPU."""
+    trust_remote_code: bool = False
+    """Passed to ``from_pretrained``; only enable for checkpoints whose code you trust."""
+    seed: int = 0
+    """Seed of the tiny model's weight initialisation (drawn from a private RNG; the global one is untouched)."""
+
+    def __post_init__(self) -> None:
+        if not self.name_or_path:
+            raise ValueError("name_or_path is empty: use 'tiny-llama' or a local path / hub id")
+        for name in ("hidden_size", "num_layers", "num_heads", "intermediate_size", "max_position_embeddings"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}={value!r} must be a positive integer")
+        if self.hidden_size % self.num_heads:
+            raise ValueError(
+                f"hidden_size={self.hidden_size} must be divisible by num_heads={self.num_heads} "
+                f"(e.g. hidden_size={self.hidden_size // self.num_heads * self.num_heads or self.num_heads})"
+            )
+        if self.dtype != "auto" and self.dtype not in DTYPES:
+            raise ValueError(f"dtype={self.dtype!r} is not one of 'auto', {', '.join(map(repr, DTYPES))}")
+        if self.device != "auto":
+            try:
+                torch.device(self.device)
+            except (RuntimeError, TypeError) as err:
+                raise ValueError(f"device={self.device!r} is not a torch device string ({err})") from None
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"seed={self.seed!r} must be a non-negative integer")
+
+
+def resolve_device(device: str) -> torch.device:
+    """Return the torch device for a ``PolicyConfig.device`` string (``"auto"``: CUDA when available, else CPU).
+
+    Raises:
+        ValueError: if a CUDA device is requested but CUDA is not available.
+    """
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    out = torch.device(device)
+    if out.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={device!r} but CUDA is not available: use device='cpu' or 'auto'")
+    return out
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    """Return the torch dtype for a ``PolicyConfig.dtype`` string (``"auto"``: bfloat16 on CUDA, float32 elsewhere)."""
+    if dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return DTYPES[dtype]
+
+
+def load_policy(config: PolicyConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Build or load the policy model and its tokenizer.
+
+    The tokenizer is prepared for batched generation: ``padding_side="left"``, and a tokenizer without a pad token
+    gets ``pad_token = eos_token``.
+
+    Args:
+        config: what to load (``"tiny-llama"``, a local directory or a hub id), on which device, in which dtype.
+
+    Returns:
+        ``(model, tokenizer)``; the model is on the resolved device and dtype, in train mode.
+
+    Raises:
+        ValueError: for a missing local directory, an id that cannot be loaded, a tokenizer without an EOS token,
+            or an unavailable device.
+    """
+    device = resolve_device(config.device)
+    dtype = resolve_dtype(config.dtype, device)
+    if config.name_or_path == TINY_NAME:
+        tokenizer: PreTrainedTokenizerBase = build_char_tokenizer()
+        model: PreTrainedModel = _build_tiny_model(config, tokenizer)
+    else:
+        model, tokenizer = _from_pretrained(config, dtype)
+    if tokenizer.eos_token_id is None:
+        raise ValueError(f"name_or_path={config.name_or_path!r}: the tokenizer has no eos_token; generation needs one")
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    model = model.to(device=device, dtype=dtype)
+    model.train()
+    n_params = sum(p.numel() for p in model.parameters())
+    logger.info("policy %s: %s params, %s on %s", config.name_or_path, f"{n_params:,}", dtype, device)
+    return model, tokenizer
+
+
+def save_policy(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, path: str | os.PathLike[str]) -> None:
+    """Write model (safetensors) and tokenizer to ``path``; reload: ``load_policy(PolicyConfig(name_or_path=path))``.
+
+    Args:
+        model: the policy.
+        tokenizer: its tokenizer.
+        path: a directory (created if missing).
+    """
+    out = Path(path)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+
+
+def set_cpu_threads(n: int = 1) -> None:
+    """Set torch's intra-op CPU threads (``torch.set_num_threads``).
+
+    The default is 1: on a 2-core box shared with another busy process, 2 OpenMP threads made a forward+backward
+    7x slower (cpu-setup.md §0); on a quiet box 2 threads are ~1.6x faster.
+
+    Args:
+        n: number of threads, ≥ 1.
+
+    Raises:
+        ValueError: if ``n < 1``.
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n={n!r} threads must be a positive integer")
+    torch.set_num_threads(n)
+
+
+def _build_tiny_model(config: PolicyConfig, tokenizer: PreTrainedTokenizerBase) -> LlamaForCausalLM:
+    llama = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=config.hidden_size,
+        intermediate_size=config.intermediate_size,
+        num_hidden_layers=config.num_layers,
+        num_attention_heads=config.num_heads,
+        num_key_value_heads=config.num_heads,
+        max_position_embeddings=config.max_position_embeddings,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    # weight init draws from the global RNG: fork it so that building a model never reseeds the caller's stream
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(config.seed)
+        model = LlamaForCausalLM(llama)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model
+
+
+def _looks_local(name: str) -> bool:
+    """A path, not a hub id: absolute, explicitly relative (``./``, ``../``) or home-relative (``~``)."""
+    return os.path.isabs(name) or name.startswith((".", "~"))
+
+
+def _from_pretrained(config: PolicyConfig, dtype: torch.dtype) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    name = os.path.expanduser(config.name_or_path)
+    if os.path.exists(name) and not os.path.isdir(name):
+        raise ValueError(f"name_or_path={config.name_or_path!r} is a file; pass the checkpoint directory")
+    if _looks_local(config.name_or_path) and not os.path.isdir(name):
+        raise ValueError(f"name_or_path={config.name_or_path!r}: no such directory")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(name, trust_remote_code=config.trust_remote_code)
+        model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype, trust_remote_code=config.trust_remote_code)
+    except (OSError, ValueError, KeyError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ValueError(f"name_or_path={config.name_or_path!r} could not be loaded: {first}") from None
+    return model, tokenizer

@@ -1,0 +1,101 @@
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+pytest.importorskip("reasoning_gym")
+
+from v05.tasks import GymTask, Prompt  # noqa: E402
+from v05.tasks.gym import EVAL_SEED_OFFSET  # noqa: E402
+
+CHAIN_SUM = {"min_terms": 2, "max_terms": 2, "min_digits": 2, "max_digits": 3}
+
+
+@pytest.fixture(scope="module")
+def chain_sum():
+    return GymTask("chain_sum", size_train=300, size_eval=100, config=CHAIN_SUM)
+
+
+def test_gold_and_wrapped_answers_score_one(chain_sum):
+    """Gold answers score 1 bare, in <answer> tags and boxed; garbage and partial matches score 0."""
+    prompts = chain_sum.train_prompts()[:20]
+    for wrap in ("{}", " {} ", "<answer>{}</answer>", "\\boxed{{{}}}", "work...\n<answer>\\boxed{{{}}}</answer>"):
+        scores = chain_sum.score(prompts, [wrap.format(p.answer) for p in prompts])
+        assert scores.rewards.tolist() == [1.0] * 20, wrap
+    scores = chain_sum.score(prompts, ["zzz"] * 20)
+    assert scores.rewards.tolist() == [0.0] * 20 and scores.failures == 0
+
+
+def test_the_first_chain_sum_item_by_hand(chain_sum):
+    """Item 0 of chain_sum (seed 0, 2 terms of 2-3 digits) is '141 - 365 =' with answer 141 - 365 = -224."""
+    p = chain_sum.train_prompts()[0]
+    assert p.question.endswith("141 - 365 =") and p.answer == "-224" and p.meta == {"split": "train", "index": 0}
+    assert p.key.startswith("chain_sum:") and chain_sum.sft_target(p) == "-224"
+    assert chain_sum.score([p] * 3, ["<answer>-224</answer>", "\\boxed{-224}", "-225"]).rewards.tolist() == [1, 1, 0]
+
+
+def test_basic_arithmetic_binary_by_default():
+    """basic_arithmetic's scorer gives ' -4 '-style partial credit; the task binarises unless partial_credit=True."""
+    task = GymTask("basic_arithmetic", size_train=20, size_eval=5)
+    p = task.train_prompts()[0]
+    text = f"The answer is {p.answer}"  # gold is a substring: reasoning-gym scores len(gold)/len(text)
+    assert task.score([p, p], [p.answer, text]).rewards.tolist() == [1.0, 0.0]
+    partial = GymTask("basic_arithmetic", size_train=20, size_eval=5, partial_credit=True)
+    assert partial.score([p], [text]).rewards[0] == pytest.approx(len(p.answer) / len(text))
+
+
+def test_raising_scorer_gives_error_flag():
+    """prime_factorization's scorer raises ValueError on 'zzz': reward 0 with errors set, and the gold scores 1."""
+    task = GymTask("prime_factorization", size_train=10, size_eval=5)
+    p = task.train_prompts()[0]
+    scores = task.score([p, p, p], ["zzz", p.answer, ""])
+    np.testing.assert_array_equal(scores.rewards, [0.0, 1.0, 0.0])
+    np.testing.assert_array_equal(scores.errors, [True, False, False])
+    np.testing.assert_array_equal(scores.no_answer, [False, False, True])
+    assert scores.failures == 1
+
+
+def test_splits_disjoint_deterministic_keys_unique(chain_sum):
+    """No question in both splits; keys unique and identical across two constructions; eval uses another seed."""
+    train_q = {p.question for p in chain_sum.train_prompts()}
+    assert not train_q & {p.question for p in chain_sum.eval_prompts()}
+    keys = [p.key for p in (*chain_sum.train_prompts(), *chain_sum.eval_prompts())]
+    assert len(keys) == len(set(keys))
+    assert len(chain_sum.train_prompts()) <= 300 and len(chain_sum.eval_prompts()) >= 50
+    again = GymTask("chain_sum", size_train=300, size_eval=100, config=CHAIN_SUM)
+    assert [p.key for p in (*again.train_prompts(), *again.eval_prompts())] == keys
+    shifted = GymTask("chain_sum", size_train=100, size_eval=0, seed=EVAL_SEED_OFFSET, config=CHAIN_SUM)
+    assert shifted.train_prompts()[0].question == chain_sum.eval_prompts()[0].question
+    assert chain_sum.name == "reasoning_gym.chain_sum"
+
+
+def test_unknown_dataset_and_bad_config_raise():
+    """An unknown name lists close and valid names; a config the dataset rejects is a ValueError naming it."""
+    with pytest.raises(ValueError, match="did you mean chain_sum.*valid names include"):
+        GymTask("chain_sun")
+    with pytest.raises(ValueError, match="'chain_sum' rejected config.*bogus"):
+        GymTask("chain_sum", config={"bogus": 1})
+    with pytest.raises(ValueError, match="max_terms"):
+        GymTask("chain_sum", config={"min_terms": 5, "max_terms": 2})
+    with pytest.raises(ValueError, match="size_train"):
+        GymTask("chain_sum", size_train=0)
+
+
+def test_prompts_from_elsewhere_are_rejected(chain_sum):
+    """Scoring needs the dataset entry, so a prompt the task did not make is a ValueError."""
+    with pytest.raises(ValueError, match="not from"):
+        chain_sum.score([Prompt("chain_sum:nope", "1+1", "2")], ["2"])
+
+
+def test_printing_datasets_are_silenced(capsys):
+    """bf prints progress dots while generating; the task keeps stdout clean."""
+    GymTask("bf", size_train=2, size_eval=1)
+    assert capsys.readouterr().out == ""
+
+
+@settings(max_examples=40)
+@given(st.lists(st.text(), min_size=1, max_size=3))
+def test_score_never_raises(chain_sum, completions):
+    """Any rollout text gets a binary reward without raising."""
+    p = chain_sum.train_prompts()[0]
+    assert set(chain_sum.score([p] * len(completions), completions).rewards.tolist()) <= {0.0, 1.0}
