@@ -35,6 +35,8 @@ def scale_advantages(
     eps: float = 1e-6,
     ddof: int = 1,
     model_std_floor: float = 1e-2,
+    n_g: IntArray | None = None,
+    mean_g: FloatArray | None = None,
 ) -> FloatArray:
     """Turn baselines into advantages with the named scaling, shape (N,).
 
@@ -47,6 +49,8 @@ def scale_advantages(
         eps: added to the std (``group_std``, ``batch_std``) or to the variance (``batch_whiten``).
         ddof: delta degrees of freedom of the std (1 = unbiased, as verl).
         model_std_floor: floor on the ±1-space variance 1 − b² for ``model_std``.
+        n_g: precomputed (G,) counts, trusted (``group_std`` only).
+        mean_g: precomputed (G,) group means of ``rewards``, trusted (``group_std`` only).
 
     Raises:
         ValueError: unknown ``scale``.
@@ -55,9 +59,11 @@ def scale_advantages(
     if scale == "none":
         return a
     if scale == "group_std":
-        std_g = segment_std(rewards, group, ddof=ddof)  # (G,) nan for n_g ≤ ddof
-        single = segment_count(group) <= ddof
-        return np.where(single[group], a, a / (np.where(single, 0.0, std_g)[group] + eps))
+        if n_g is None:
+            n_g = segment_count(group)
+        std_g = segment_std(rewards, group, ddof=ddof, n_g=n_g, mean_g=mean_g)  # (G,) nan for n_g ≤ ddof
+        div_g = np.where(n_g <= ddof, 1.0, std_g + eps)  # (G,) a group too small for a std is left unscaled
+        return a / div_g[group]
     if scale == "batch_std":
         if a.size <= ddof:
             return a

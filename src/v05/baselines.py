@@ -19,18 +19,21 @@ from typing import Literal
 import numpy as np
 
 from v05._types import BoolArray, FloatArray, IntArray
-from v05.groups import segment_count, segment_mean, segment_sum
+from v05.groups import segment_count, segment_mean
 
 NoiseModel = Literal["bound", "plugin"]
 Switch = Literal["smooth", "hard"]
 
 
-def group_mean(rewards: FloatArray, group: IntArray) -> FloatArray:
-    """b_i = r̄_g = S_g / n_g, shape (N,). Includes r_i itself, so E[A_i] ≠ 0 exactly: bias factor (n_g − 1)/n_g."""
-    return segment_mean(rewards, group)[group]
+def group_mean(rewards: FloatArray, group: IntArray, *, n_g: IntArray | None = None) -> FloatArray:
+    """b_i = r̄_g = S_g / n_g, shape (N,). Includes r_i itself, so E[A_i] ≠ 0 exactly: bias factor (n_g − 1)/n_g.
+
+    ``n_g``: precomputed (G,) counts (trusted).
+    """
+    return segment_mean(rewards, group, n_g=n_g)[group]
 
 
-def leave_one_out(rewards: FloatArray, group: IntArray) -> FloatArray:
+def leave_one_out(rewards: FloatArray, group: IntArray, *, n_g: IntArray | None = None) -> FloatArray:
     r"""Baseline from the other rollouts of the same prompt.
 
         b_i = (S_g − r_i) / (n_g − 1),   so   r_i − b_i = n_g/(n_g − 1) · (r_i − r̄_g)
@@ -38,12 +41,17 @@ def leave_one_out(rewards: FloatArray, group: IntArray) -> FloatArray:
     b_i does not depend on r_i, so the policy-gradient estimate is unbiased.
     Degenerate case: a singleton group (n_g = 1) has no other rollout; its baseline is set to r_i (advantage 0).
 
+    ``n_g``: precomputed (G,) counts (trusted).
+
     References: Kool, van Hoof & Welling (2019) "Buy 4 REINFORCE Samples, Get a Baseline for Free!";
     Ahmadian et al. (2024) arXiv:2402.14740.
     """
-    n_g, s_g = segment_count(group), segment_sum(rewards, group)  # (G,), (G,)
-    n_i = n_g[group]  # (N,)
-    return np.where(n_i > 1, (s_g[group] - rewards) / np.maximum(n_i - 1, 1), rewards)
+    if n_g is None:
+        n_g = segment_count(group)
+    s_g = np.bincount(group, weights=rewards, minlength=len(n_g))  # (G,)
+    den_g = np.maximum(n_g - 1, 1).astype(np.float64)  # (G,) a singleton keeps b = r (below)
+    b = (s_g[group] - rewards) / den_g[group]  # (N,)
+    return np.where((n_g > 1)[group], b, rewards)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +109,7 @@ def pseudo_count_fusion(
     *,
     leave_one_out: bool = False,
     n0_i: FloatArray | None = None,
+    n_g: IntArray | None = None,
 ) -> FloatArray:
     r"""Pseudo-count (Beta-posterior-mean) fusion of the prior with the rollouts, shape (N,).
 
@@ -121,19 +130,21 @@ def pseudo_count_fusion(
         leave_one_out: use the LOO form.
         n0_i: (N,) per-rollout pseudo-counts for the LOO form (a per-rollout decision, e.g. a leave-one-out guard);
             default ``n0_g[group]``.
+        n_g: precomputed (G,) counts (trusted).
     """
-    n_g, s_g = segment_count(group), segment_sum(rewards, group)  # (G,), (G,)
-    v_i = prior_g[group]  # (N,)
-    if leave_one_out:
-        n0 = n0_g[group] if n0_i is None else n0_i  # (N,)
-        num, den = n0 * v_i + s_g[group] - rewards, n0 + n_g[group] - 1
-        fallback = rewards
+    if n_g is None:
+        n_g = segment_count(group)
+    s_g = np.bincount(group, weights=rewards, minlength=len(n_g))  # (G,)
+    if not leave_one_out:
+        # every quantity is per group: fuse on (G,) and gather once; n0 + n_g ≥ 1 > 0 always
+        return ((n0_g * prior_g + s_g) / (n0_g + n_g))[group]
+    if n0_i is None:
+        num_g, den_g = n0_g * prior_g + s_g, n0_g + n_g - 1.0  # (G,)
+        num, den = num_g[group] - rewards, den_g[group]  # (N,)
     else:
-        n0 = n0_g[group]
-        num, den = n0 * v_i + s_g[group], n0 + n_g[group]
-        fallback = v_i
+        num, den = n0_i * prior_g[group] + s_g[group] - rewards, n0_i + (n_g - 1.0)[group]
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(den > 0, num / np.where(den > 0, den, 1.0), fallback)
+        return np.where(den > 0, num / np.where(den > 0, den, 1.0), rewards)
 
 
 def beta_binomial_pvalue(successes: IntArray, trials: IntArray, alpha: FloatArray, beta: FloatArray) -> FloatArray:

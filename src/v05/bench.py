@@ -1,7 +1,10 @@
 """``v05 bench``: speed benchmarks (never timed unit tests).
 
-- ``core``: every estimator on a ragged batch (default 1,048,576 rollouts in 65,536 groups) side by side with verl's
-  ``compute_grpo_outcome_advantage`` on the same data when verl is installed, and the cold import time of ``v05``.
+- ``core``: every estimator on a ragged batch (default 1,048,576 rollouts in 65,536 groups) side by side with three
+  anchors on the same data: plain numpy GRPO (two bincounts, no validation), and — when verl is installed — verl's
+  loop-based ``compute_grpo_outcome_advantage`` and its vectorised ``compute_grpo_vectorized_outcome_advantage``;
+  plus the cold import time of ``v05``. The fair anchor for speed is the vectorised verl and the bare numpy form;
+  the loop form is what verl's default ``grpo`` runs.
 - ``priors``: prompts/s of the default prior backend (embed + predict; ``v05.priors.evaluate.benchmark_throughput``).
 """
 
@@ -53,10 +56,34 @@ def import_time(repeats: int = 5) -> float:
     return statistics.median(runs)
 
 
+def numpy_grpo(rewards: np.ndarray, group: np.ndarray, eps: float = 1e-6) -> np.ndarray:
+    """The bare-numpy anchor: GRPO advantages with bincount means and unbiased stds, no input validation.
+
+    (Single-rollout groups get nan std here and A = 0/nan: the anchor times the arithmetic only.)
+    """
+    n_g = np.bincount(group)
+    mean_g = np.bincount(group, weights=rewards) / n_g
+    dev = rewards - mean_g[group]
+    std_g = np.sqrt(np.bincount(group, weights=dev * dev) / np.maximum(n_g - 1, 1))
+    return dev / (std_g[group] + eps)
+
+
 def bench_core(
-    n_rollouts: int = 1 << 20, n_groups: int = 1 << 16, repeats: int = 3, seed: int = 0
+    n_rollouts: int = 1 << 20, n_groups: int = 1 << 16, repeats: int = 3, seed: int = 0, *, verl_loop: bool = True
 ) -> dict[str, object]:
-    """Time every registered estimator (and verl's GRPO if importable) on one ragged batch."""
+    """Time every registered estimator and the anchors (numpy GRPO; verl's loop and vectorised GRPO if importable).
+
+    Args:
+        n_rollouts: N, rollouts in the batch.
+        n_groups: G, ragged groups.
+        repeats: timing repeats per estimator (the best is reported).
+        seed: seed of the batch.
+        verl_loop: also time verl's loop-based GRPO (once; ~35 s at the default size).
+
+    Returns:
+        ``seconds`` per estimator, ``anchors`` (seconds per anchor, None where verl is missing), ``ratio_to``
+        (estimator seconds ÷ each anchor's), sizes and the cold import time.
+    """
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     rng = np.random.default_rng(seed)
@@ -70,22 +97,33 @@ def bench_core(
         if spec.keyed:
             kw["prompt_ids"] = np.arange(n_groups)
         rows[name] = best_time(lambda name=name, kw=kw: estimate(name, rewards, group, **kw), repeats)
-    verl_s = None
+    anchors: dict[str, float | None] = {
+        "numpy_grpo": best_time(lambda: numpy_grpo(rewards, group), repeats),
+        "verl_grpo_vectorized": None,
+        "verl_grpo_loop": None,
+    }
     try:
         import torch
-        from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
+        from verl.trainer.ppo.core_algos import (
+            compute_grpo_outcome_advantage,
+            compute_grpo_vectorized_outcome_advantage,
+        )
     except ImportError:
         pass
     else:
         tok = torch.from_numpy(rewards).float().unsqueeze(-1)
         mask = torch.ones_like(tok)
-        verl_s = best_time(lambda: compute_grpo_outcome_advantage(tok, mask, group), 1)
+        anchors["verl_grpo_vectorized"] = best_time(
+            lambda: compute_grpo_vectorized_outcome_advantage(tok, mask, group), repeats
+        )
+        if verl_loop:
+            anchors["verl_grpo_loop"] = best_time(lambda: compute_grpo_outcome_advantage(tok, mask, group), 1)
     return {
         "n_rollouts": n_rollouts,
         "n_groups": n_groups,
         "seconds": rows,
-        "verl_grpo_seconds": verl_s,
-        "speedup_vs_verl": None if verl_s is None else {k: verl_s / v for k, v in rows.items()},
+        "anchors": anchors,
+        "ratio_to": {a: None if t is None else {k: v / t for k, v in rows.items()} for a, t in anchors.items()},
         "import_seconds": import_time(),
     }
 
@@ -94,18 +132,20 @@ def _run_core(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    res = bench_core(args.n_rollouts, args.n_groups, args.repeats)
+    res = bench_core(args.n_rollouts, args.n_groups, args.repeats, verl_loop=not args.no_verl_loop)
+    anchors: dict[str, float | None] = res["anchors"]  # type: ignore[assignment]
     table = Table(title=f"estimators on {res['n_rollouts']:,} rollouts / {res['n_groups']:,} ragged groups")
     table.add_column("estimator")
     table.add_column("seconds", justify="right")
-    table.add_column("× faster than verl GRPO", justify="right")
+    for a in anchors:
+        table.add_column(f"÷ {a}", justify="right")
     for name, sec in res["seconds"].items():  # type: ignore[union-attr]
-        speed = res["speedup_vs_verl"]
-        table.add_row(name, f"{sec:.4f}", "verl not installed" if speed is None else f"{speed[name]:.1f}")
+        ratios = [("n/a" if t is None else f"{sec / t:.3g}×") for t in anchors.values()]
+        table.add_row(name, f"{sec:.4f}", *ratios)
     console = Console()
     console.print(table)
-    verl_s = res["verl_grpo_seconds"]
-    console.print(f"verl compute_grpo_outcome_advantage: {'n/a' if verl_s is None else f'{verl_s:.2f} s'}")
+    for a, t in anchors.items():
+        console.print(f"{a}: {'n/a (verl not installed or skipped)' if t is None else f'{t:.4f} s'}")
     console.print(f"cold `import v05`: {res['import_seconds']:.3f} s (target < 0.3 s)")
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=2))
@@ -129,10 +169,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("bench", help="speed benchmarks (estimators vs verl; prior throughput)")
     bsub = p.add_subparsers(dest="bench", metavar="BENCH")
     bsub.required = True
-    core = bsub.add_parser("core", help="estimator speed vs verl's GRPO, and import time")
+    core = bsub.add_parser("core", help="estimator speed vs numpy and verl GRPO (loop and vectorised), import time")
     core.add_argument("--n-rollouts", type=int, default=1 << 20, help="rollouts in the batch (default 1,048,576)")
     core.add_argument("--n-groups", type=int, default=1 << 16, help="ragged groups in the batch (default 65,536)")
     core.add_argument("--repeats", type=int, default=3, help="timing repeats per estimator (best is reported)")
+    core.add_argument("--no-verl-loop", action="store_true", help="skip verl's loop GRPO (~35 s at the default size)")
     core.add_argument("--json", help="write the results to this JSON file")
     core.set_defaults(func=_run_core)
     pri = bsub.add_parser("priors", help="prompts/s of the default prior backend (embed + predict)")

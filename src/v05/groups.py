@@ -40,27 +40,51 @@ def segment_sum(values: FloatArray, group: IntArray, n_groups: int | None = None
     return np.bincount(group, weights=values, minlength=n_groups_of(group, n_groups))
 
 
-def segment_mean(values: FloatArray, group: IntArray, n_groups: int | None = None) -> FloatArray:
-    """x̄_g = S_g / n_g, shape (G,); nan for an empty group."""
-    n_g = segment_count(group, n_groups)
-    s_g = segment_sum(values, group, len(n_g))
+def segment_mean(
+    values: FloatArray, group: IntArray, n_groups: int | None = None, *, n_g: IntArray | None = None
+) -> FloatArray:
+    """x̄_g = S_g / n_g, shape (G,); nan for an empty group. ``n_g``: precomputed counts (G,), trusted."""
+    if n_g is None:
+        n_g = segment_count(group, n_groups)
+    s_g = np.bincount(group, weights=values, minlength=len(n_g))
     with np.errstate(invalid="ignore", divide="ignore"):
         return s_g / n_g
 
 
-def segment_var(values: FloatArray, group: IntArray, n_groups: int | None = None, *, ddof: int = 1) -> FloatArray:
-    """Two-pass group variance Σ_{i∈g} (x_i − x̄_g)² / (n_g − ddof), shape (G,); nan where n_g ≤ ddof."""
-    n_g = segment_count(group, n_groups)
-    mean_g = segment_mean(values, group, len(n_g))
+def segment_var(
+    values: FloatArray,
+    group: IntArray,
+    n_groups: int | None = None,
+    *,
+    ddof: int = 1,
+    n_g: IntArray | None = None,
+    mean_g: FloatArray | None = None,
+) -> FloatArray:
+    """Two-pass group variance Σ_{i∈g} (x_i − x̄_g)² / (n_g − ddof), shape (G,); nan where n_g ≤ ddof.
+
+    ``n_g`` (counts) and ``mean_g`` (group means of ``values``) may be passed precomputed; they are trusted.
+    """
+    if n_g is None:
+        n_g = segment_count(group, n_groups)
+    if mean_g is None:
+        mean_g = segment_mean(values, group, n_g=n_g)
     dev = values - mean_g[group]  # (N,) centred first: no catastrophic cancellation
     ss_g = np.bincount(group, weights=dev * dev, minlength=len(n_g))
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(n_g > ddof, ss_g / np.maximum(n_g - ddof, 1), np.nan)
 
 
-def segment_std(values: FloatArray, group: IntArray, n_groups: int | None = None, *, ddof: int = 1) -> FloatArray:
-    """Group standard deviation √segment_var, shape (G,)."""
-    return np.sqrt(segment_var(values, group, n_groups, ddof=ddof))
+def segment_std(
+    values: FloatArray,
+    group: IntArray,
+    n_groups: int | None = None,
+    *,
+    ddof: int = 1,
+    n_g: IntArray | None = None,
+    mean_g: FloatArray | None = None,
+) -> FloatArray:
+    """Group standard deviation √segment_var, shape (G,) (same precomputed ``n_g``/``mean_g`` options)."""
+    return np.sqrt(segment_var(values, group, n_groups, ddof=ddof, n_g=n_g, mean_g=mean_g))
 
 
 def group_index(uids: object) -> tuple[IntArray, np.ndarray]:

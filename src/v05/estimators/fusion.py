@@ -55,7 +55,7 @@ def v05(
         raise ValueError(f"unknown switch {switch!r}; valid: smooth, hard")
     b = prepare(rewards, group, prior=prior, reward_range=reward_range)
     prior_g = to_pm1(require_prior(b, "v05"), reward_range)
-    vbar_g = to_pm1(segment_mean(b.rewards, b.group, b.n_groups), reward_range)  # (G,)
+    vbar_g = to_pm1(segment_mean(b.rewards, b.group, n_g=b.n_g), reward_range)  # (G,)
     fused = v05_shrinkage(vbar_g, prior_g, b.n_g.astype(np.float64), noise=noise, switch=switch)
     base = from_pm1(fused.baseline, reward_range)[b.group]  # (N,)
     adv = scale_advantages(b.rewards, base, b.group, scale=scale, reward_range=reward_range)
@@ -218,8 +218,8 @@ def v05_eb(
     prior_g = to_pm1(require_prior(b, "v05_eb"), reward_range)  # (G,)
     r_pm1 = to_pm1(b.rewards, reward_range)  # (N,)
     k_g = b.n_g.astype(np.float64)
-    vbar_g = segment_mean(r_pm1, b.group, b.n_groups)  # (G,)
-    var_g = np.nan_to_num(segment_var(r_pm1, b.group, b.n_groups, ddof=1))  # (G,) nan → 0 where k = 1 (unread)
+    vbar_g = segment_mean(r_pm1, b.group, n_g=b.n_g)  # (G,)
+    var_g = np.nan_to_num(segment_var(r_pm1, b.group, ddof=1, n_g=b.n_g, mean_g=vbar_g))  # (G,) nan → 0 at k = 1
     step_stats = prior_error_stats(vbar_g, prior_g, var_g, k_g)
     state_in = state if state is not None else PriorErrorState()
     ready = state_in.n_groups >= min_groups
@@ -252,7 +252,7 @@ def v05_eb(
             p_i = eb_guard_pvalue(succ_g[b.group] - own, k_g[b.group] - 1.0, prior_g[b.group], n0_g[b.group])
             n0_i = np.where(p_i < guard_level, 0.0, n0_g[b.group])  # (N,)
         n0_g = np.where(reject, 0.0, n0_g)
-    base_pm1 = pseudo_count_fusion(r_pm1, b.group, prior_g, n0_g, leave_one_out=loo, n0_i=n0_i)  # (N,)
+    base_pm1 = pseudo_count_fusion(r_pm1, b.group, prior_g, n0_g, leave_one_out=loo, n0_i=n0_i, n_g=b.n_g)  # (N,)
     base = from_pm1(base_pm1, reward_range)
     adv = scale_advantages(b.rewards, base, b.group, scale=scale, reward_range=reward_range)
     k_eff = k_g - 1.0 if loo else k_g  # the LOO baseline of a rollout rests on k − 1 rollouts

@@ -12,6 +12,7 @@ from v05._checks import RewardRange
 from v05.advantages import Scale, scale_advantages
 from v05.baselines import group_mean, leave_one_out
 from v05.estimators._batch import Estimate, check_scale, per_group, prepare
+from v05.groups import segment_mean
 
 
 def grpo(
@@ -32,8 +33,11 @@ def grpo(
     """
     check_scale(scale)
     b = prepare(rewards, group, reward_range=reward_range)
-    base = group_mean(b.rewards, b.group)
-    adv = scale_advantages(b.rewards, base, b.group, scale=scale, reward_range=reward_range, eps=eps)
+    mean_g = segment_mean(b.rewards, b.group, n_g=b.n_g)  # (G,)
+    base = mean_g[b.group]  # (N,)
+    adv = scale_advantages(
+        b.rewards, base, b.group, scale=scale, reward_range=reward_range, eps=eps, n_g=b.n_g, mean_g=mean_g
+    )
     return Estimate(adv, base)
 
 
@@ -66,8 +70,9 @@ def rloo(rewards: object, group: object, *, reward_range: RewardRange = "pm1", s
     """
     check_scale(scale)
     b = prepare(rewards, group, reward_range=reward_range)
-    base = leave_one_out(b.rewards, b.group)
-    return Estimate(scale_advantages(b.rewards, base, b.group, scale=scale, reward_range=reward_range), base)
+    base = leave_one_out(b.rewards, b.group, n_g=b.n_g)
+    adv = scale_advantages(b.rewards, base, b.group, scale=scale, reward_range=reward_range, n_g=b.n_g)
+    return Estimate(adv, base)
 
 
 def reinforce_pp_baseline(
@@ -85,7 +90,7 @@ def reinforce_pp_baseline(
     References: Hu (2025) "REINFORCE++", arXiv:2501.03262.
     """
     b = prepare(rewards, group, reward_range=reward_range)
-    base = group_mean(b.rewards, b.group)
+    base = group_mean(b.rewards, b.group, n_g=b.n_g)
     adv = scale_advantages(b.rewards, base, b.group, scale="batch_whiten", reward_range=reward_range, eps=eps)
     return Estimate(adv, base)
 

@@ -81,8 +81,6 @@ def dbb(
     keys = np.asarray(prompt_ids)
     if keys.ndim != 1 or len(keys) != b.n_groups:
         raise ValueError(f"prompt_ids must have one key per group ({b.n_groups}), got shape {keys.shape}")
-    if len(np.unique(keys)) != len(keys):
-        raise ValueError("prompt_ids must be distinct: one group per prompt in a batch")
     if state is None:
         history = BetaHistory.empty(1.0 if alpha0 is None else alpha0, 1.0 if beta0 is None else beta0)
     elif not isinstance(state, BetaHistory):

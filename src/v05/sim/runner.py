@@ -14,9 +14,11 @@ How each record is computed (``method``):
   from the batch itself, is scored by its sample). SE over replicates.
 - ``monte_carlo``: everything else (OSLA, dynamic_sampling, SARA, DPS, dbb). All estimators of one cell score the
   same sampled rollouts (common random numbers). SE over replicates.
-Pool-selecting allocators (dynamic_sampling, sara, dps) draw from each batch's context rows (V0) as the candidate
-pool, keep as many groups as the batch has prompts, and see the ``context_mean`` prior unless the prior is a
-built-in one. Their MSE is over the groups they kept, i.e. over different prompts than the fixed-batch methods.
+OSLA's ``eb_guard`` test is given the prior's calibrated pseudo-count n0 = E[1 − μ²]/E[(V − μ)²] over the cell (what
+a perfectly calibrated provider reports). Pool-selecting allocators (dynamic_sampling, sara, dps) draw from each
+batch's context rows (V0) as the candidate pool, keep as many groups as the batch has prompts, and see the
+``context_mean`` prior unless the prior is a built-in one. Their MSE is over the groups they kept, i.e. over
+different prompts than the fixed-batch methods.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import numpy as np
 from v05._types import FloatArray, IntArray
 from v05.allocation import Allocation, allocate
 from v05.estimators import Estimate
+from v05.estimators.fusion import TAU2_FLOOR
 from v05.registry import get_allocator, get_estimator
 from v05.sim.config import K_OPTION, SimConfig
 from v05.sim.metrics import Tally, enumerate_outcomes, group_stats
@@ -104,6 +107,10 @@ def _draw_steps(cell: _Cell, reps: int) -> list[list[Allocation]]:
     if cell.alloc.name in POOL_ALLOCATORS:
         opts.setdefault("batch_size", None)  # replaced per batch below
     rng = _rng(*cell.seed, "draw")
+    # the prior's worth in rollouts as a perfectly calibrated provider would report it (OSLA's eb_guard test reads
+    # it): n0 = E[1 − μ²] / max(E[(V − μ)²], floor) over the cell's prompts
+    err2 = float(np.mean((cell.prior - cell.pop.mu) ** 2))
+    n0 = float(np.mean(1.0 - cell.pop.mu**2)) / max(err2, TAU2_FLOOR)
     states: dict[int, Any] = {}
     steps = []
     short = 0
@@ -125,6 +132,7 @@ def _draw_steps(cell: _Cell, reps: int) -> list[list[Allocation]]:
                     n_prompts=len(idx),
                     rng=rng,
                     prior=cell.prior[idx],
+                    n0=n0,
                     keys=cell.pop.keys[idx],
                     state=states.get(b),
                 )
