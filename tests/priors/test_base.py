@@ -99,3 +99,20 @@ def test_calibration_is_bounded_and_permutation_invariant(rows, rnd):
     perm = np.array(rnd.sample(range(len(v)), len(v)))
     again = calibrate(v[perm], vbar[perm], k[perm])
     assert again.tau2 == pytest.approx(cal.tau2) and again.sigma2 == pytest.approx(cal.sigma2)
+
+
+def test_one_tau2_floor_for_calibration_and_v05_eb():
+    """Provider calibration and v05_eb floor τ̂² at the same value (they are one estimate): a perfect prior reports
+    τ² = TAU2_FLOOR = 0.01 in both, so its n0 = σ̄²/0.01 agrees."""
+    import numpy as np
+
+    from v05.estimators import v05_eb
+    from v05.estimators.fusion import TAU2_FLOOR
+    from v05.priors.base import calibrate
+
+    assert TAU2_FLOOR == 0.01
+    r = np.array([1.0, -1.0, 1.0, -1.0, 1.0, 1.0, -1.0, -1.0])
+    g = np.repeat(np.arange(2), 4)
+    cal = calibrate(np.zeros(2), np.zeros(2), np.full(2, 4.0))
+    est = v05_eb(r, g, prior=np.zeros(2))
+    assert cal.tau2 == TAU2_FLOOR and np.allclose(est.n0, cal.n0)

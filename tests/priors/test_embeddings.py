@@ -104,3 +104,21 @@ def test_minilm_default_backend_embeds_and_counts_truncation(tmp_path):
     assert x.shape == (2, 384)
     np.testing.assert_allclose(np.linalg.norm(x, axis=1), 1.0, atol=1e-5)
     assert emb.truncated == 1
+
+
+def test_embeddings_module_does_not_import_the_v0_checkpoint_module():
+    """The import cycle embeddings ↔ v0_checkpoint is broken: embeddings.py imports neither v0_checkpoint nor the
+    backend factory (which lives above both, in v05.priors.backends); v0_checkpoint builds on embeddings only."""
+    import ast
+
+    import v05.priors.backends as backends
+    import v05.priors.embeddings as embeddings
+    import v05.priors.v0_checkpoint as v0_checkpoint
+
+    def imported(module):
+        tree = ast.parse(open(module.__file__, encoding="utf-8").read())
+        return {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+
+    assert not {"v05.priors.v0_checkpoint", "v05.priors.backends"} & imported(embeddings)
+    assert "v05.priors.backends" not in imported(v0_checkpoint)
+    assert backends.BACKENDS["v0_adapter"] is v0_checkpoint.V0AdapterBackend

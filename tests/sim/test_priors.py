@@ -99,3 +99,16 @@ def test_missing_priors_module_is_a_clear_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "v05.priors", None)
     with pytest.raises(ValueError, match="unavailable"):
         parse_prior("v0")
+
+
+def test_none_option_values_parse_to_none_and_run_in_the_cli(tmp_path):
+    """`v05_eb:guard_level=none` parses to None (it used to reach the estimator as the string 'none' and crash)."""
+    from v05.cli import main
+    from v05.sim.specs import parse_value
+
+    assert parse_value("none") is None and parse_value("Null") is None
+    assert parse_spec("v05_eb:guard_level=none").option_dict() == {"guard_level": None}
+    argv = ["simulate", "--population", "bimodal", "--n-prompts", "8", "--n-batches", "2", "--ks", "4", "--reps", "2",
+            "--estimators", "v05_eb:guard_level=none,v05_eb:guard_level=0.01", "--allocators", "fixed",
+            "--noise-sweep", "none", "--no-figure", "--quiet", "--json", str(tmp_path / "r.json")]  # fmt: skip
+    assert main(argv) == 0

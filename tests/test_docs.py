@@ -1,0 +1,21 @@
+"""The README and docs stand on their own: every relative link resolves inside the repository."""
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_readme_and_docs_links_stay_inside_the_repository():
+    """Each relative Markdown link or image in README.md and docs/*.md points at a file in the repository, and the
+    README names no design file that lives outside it."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    for page in pages:
+        text = page.read_text(encoding="utf-8")
+        for target in re.findall(r"\]\(([^)#\s]+)", text):
+            if re.match(r"^[a-z]+://", target):
+                continue
+            assert (page.parent / target).resolve().is_relative_to(ROOT), (page.name, target)
+            assert (page.parent / target).exists(), (page.name, target)
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "shared design folder" not in readme and "SPEC.md" not in readme and "STYLE.md" not in readme
