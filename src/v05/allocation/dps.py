@@ -103,6 +103,20 @@ class DpsState:
         """A state with no prompts."""
         return cls(np.array([], np.int64), np.zeros((0, 3, 3)), np.zeros((0, 3)), np.zeros((0, 3)))
 
+    def to_dict(self) -> dict[str, object]:
+        """JSON-serialisable form (never pickle)."""
+        return {n: getattr(self, n).tolist() for n in ("keys", "alpha", "belief", "source")}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, object]) -> DpsState:
+        """Inverse of :meth:`to_dict`."""
+        keys = np.asarray(d["keys"])
+        if keys.size == 0:
+            return cls.empty()
+        arrays = [np.asarray(d[n], np.float64).reshape(shape) for n, shape in
+                  (("alpha", (-1, 3, 3)), ("belief", (-1, 3)), ("source", (-1, 3)))]  # fmt: skip
+        return cls(keys, *arrays)
+
     def lookup(self, keys: np.ndarray, alpha0: float) -> tuple[FloatArray, FloatArray, FloatArray]:
         """(α, π, σ) for each key; unknown keys get α₀·ones and the uniform belief and source."""
         n = len(keys)

@@ -198,6 +198,10 @@ class PriorProvider(Protocol):
         """Record one step's observed group means (±1) and rollout counts under ``policy``."""
         ...
 
+    def prefetch(self, texts: Sequence[str]) -> None:
+        """Precompute per-prompt features (embeddings) of a known prompt pool; a no-op where there are none."""
+        ...
+
     def calibration(self, policy: str = "default") -> Calibration:
         """The provider's current calibration for ``policy``."""
         ...

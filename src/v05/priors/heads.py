@@ -5,7 +5,7 @@ context, ``predict(X (Q, D)) -> (Q,)``. Targets and outputs are ±1 scores, exce
 ``"prob_nonneg"`` (V0's label: P(s ≥ 0)), which the provider maps to E[s] with a calibration fitted on its context.
 
 - ``krr``: RBF kernel ridge on centred scores, ŷ = ȳ + k(x, X)(K + αI)⁻¹(y − ȳ) (α = 0.3, γ = 2 measured best on
-  MiniLM, priors-on-real-data.md §3.1).
+  MiniLM, priors-on-real-data.md §3.1); numpy + scipy, cross-validation and the final fit share one Gram matrix.
 - ``gp``: Gaussian process, ConstantKernel·RBF + WhiteKernel on standardised scores (marginal likelihood).
 - ``knn``: mean score of the k most cosine-similar context prompts (k = 20).
 - ``logistic``: binomial logistic regression on p = (s + 1)/2 (each row twice, weights p and 1 − p), ŷ = 2P − 1;
@@ -16,6 +16,7 @@ scikit-learn is imported inside the heads, so importing this module is cheap.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
@@ -41,27 +42,103 @@ class Head(Protocol):
         ...
 
 
+def rbf_gram(a: FloatArray, b: FloatArray, gamma: float) -> FloatArray:
+    """K_ij = exp(−γ‖a_i − b_j‖²), shape (A, B), via ‖a‖² + ‖b‖² − 2a·b (clipped at 0 against rounding).
+
+    The inner products run in float32 (half the cost for wide features such as 2,048 hashed n-grams; the kernel's
+    relative error stays ~1e-6, far below the ridge's α), the result is float64.
+    """
+    a32, b32 = np.asarray(a, np.float32), np.asarray(b, np.float32)
+    cross = (a32 @ b32.T).astype(np.float64)  # (A, B)
+    d2 = np.sum(a * a, axis=1)[:, None] + np.sum(b * b, axis=1)[None, :] - 2.0 * cross
+    return np.exp(-gamma * np.maximum(d2, 0.0))
+
+
 @dataclass(kw_only=True, slots=True)
 class KernelRidgeHead:
-    """RBF kernel ridge on centred scores: ŷ = ȳ + k(x, X)(K + αI)⁻¹(y − ȳ), K_ij = exp(−γ‖x_i − x_j‖²)."""
+    """RBF kernel ridge on centred scores: ŷ = ȳ + k(x, X)(K + αI)⁻¹(y − ȳ), K_ij = exp(−γ‖x_i − x_j‖²).
+
+    Numpy only (the same estimator as scikit-learn's ``KernelRidge(kernel="rbf")``); :meth:`cross_val_predict`
+    computes the context's Gram matrix once for every fold.
+    """
 
     alpha: float = 0.3
     gamma: float = 2.0
     output: HeadOutput = "score"
     mean_: float = field(default=0.0, init=False)
-    model_: object = field(default=None, init=False)
+    x_: FloatArray | None = field(default=None, init=False)
+    dual_: FloatArray | None = field(default=None, init=False)
 
     def fit(self, x: FloatArray, y: FloatArray) -> KernelRidgeHead:
         """Fit on context embeddings (C, D) and scores (C,); returns the head."""
-        from sklearn.kernel_ridge import KernelRidge
-
+        x = np.asarray(x, np.float64)
         self.mean_ = float(np.mean(y))
-        self.model_ = KernelRidge(alpha=self.alpha, kernel="rbf", gamma=self.gamma).fit(x, y - self.mean_)
+        self.x_ = x
+        self.dual_ = _ridge_solve(rbf_gram(x, x, self.gamma), np.asarray(y, np.float64) - self.mean_, self.alpha)
         return self
 
     def predict(self, x: FloatArray) -> FloatArray:
         """(Q,) predictions for query embeddings (Q, D)."""
-        return self.mean_ + np.asarray(self.model_.predict(x), np.float64)  # type: ignore[attr-defined]
+        if self.x_ is None or self.dual_ is None:
+            raise ValueError("KernelRidgeHead.predict before fit")
+        return self.mean_ + rbf_gram(np.asarray(x, np.float64), self.x_, self.gamma) @ self.dual_
+
+    def cross_val_fit(
+        self, x: FloatArray, fold: np.ndarray, n_folds: int, target: Callable[[np.ndarray], FloatArray]
+    ) -> FloatArray:
+        """Out-of-fold predictions (R,), then fit this head on every row; one (R, R) Gram matrix for it all.
+
+        Fold f is predicted by a ridge fitted on the other rows with targets ``target(train mask)``; rows of a fold
+        with fewer than 2 training rows keep 0. The same numbers as fitting one head per fold.
+        """
+        x = np.asarray(x, np.float64)
+        gram = rbf_gram(x, x, self.gamma)  # (R, R)
+        out = np.zeros(len(x))
+        for f in range(n_folds):
+            tr, te = fold != f, fold == f
+            if not te.any() or tr.sum() < 2:
+                continue
+            t = np.asarray(target(tr), np.float64)
+            mean = float(np.mean(t))
+            dual = _ridge_solve(gram[np.ix_(tr, tr)], t - mean, self.alpha)
+            out[te] = mean + gram[np.ix_(te, tr)] @ dual
+        y = np.asarray(target(np.ones(len(x), bool)), np.float64)
+        self.mean_, self.x_ = float(np.mean(y)), x
+        self.dual_ = _ridge_solve(gram, y - self.mean_, self.alpha)
+        return out
+
+
+def _ridge_solve(gram: FloatArray, y: FloatArray, alpha: float) -> FloatArray:
+    """(K + αI)⁻¹ y by Cholesky (K + αI is symmetric positive definite for α > 0)."""
+    from scipy.linalg import cho_factor, cho_solve  # noqa: PLC0415 (scipy ships with the priors extra)
+
+    return cho_solve(cho_factor(gram + alpha * np.eye(len(gram)), lower=True, check_finite=False), y,
+                     check_finite=False)  # fmt: skip
+
+
+def cross_val_fit(
+    make: Callable[[], Head], x: FloatArray, fold: np.ndarray, n_folds: int, target: Callable[[np.ndarray], FloatArray]
+) -> tuple[FloatArray, Head]:
+    """Out-of-fold predictions (R,) of the head ``make()`` builds, and that head fitted on every row.
+
+    Heads that can share work across folds (kernel ridge: one Gram matrix) do; others are fitted once per fold.
+
+    Args:
+        make: builds a fresh head.
+        x: (R, D) features.
+        fold: (R,) fold of each row in [0, n_folds).
+        n_folds: number of folds.
+        target: the training targets given an (R,) boolean row mask (the fold's training rows, or all rows).
+    """
+    head = make()
+    if isinstance(head, KernelRidgeHead):
+        return head.cross_val_fit(x, fold, n_folds, target), head
+    out = np.zeros(len(x))
+    for f in range(n_folds):
+        tr, te = fold != f, fold == f
+        if te.any() and tr.sum() >= 2:
+            out[te] = make().fit(x[tr], target(tr)).predict(x[te])
+    return out, head.fit(x, target(np.ones(len(x), bool)))
 
 
 @dataclass(kw_only=True, slots=True)
@@ -261,5 +338,7 @@ __all__ = [
     "LogisticHead",
     "TabPFNHead",
     "check_tabpfn_checkpoint",
+    "cross_val_fit",
     "make_head",
+    "rbf_gram",
 ]

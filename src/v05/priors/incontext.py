@@ -18,6 +18,7 @@ mean with a logged warning.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -25,7 +26,7 @@ import numpy as np
 from v05._types import FloatArray
 from v05.priors.backends import make_backend
 from v05.priors.embeddings import Embedder
-from v05.priors.heads import Head, make_head
+from v05.priors.heads import Head, cross_val_fit, make_head
 from v05.priors.providers import BaseProvider, CalibrationRows
 
 log = logging.getLogger(__name__)
@@ -126,6 +127,15 @@ class EmbeddingProvider(BaseProvider):
     def _new_head(self) -> Head:
         return make_head(self.head, **self.head_options)  # type: ignore[arg-type]
 
+    def _feature_embedders(self) -> list[Embedder]:
+        """Every embedder the provider reads (``combined`` adds its stack)."""
+        return [self._embedder()]
+
+    def prefetch(self, texts: Sequence[str]) -> None:
+        """Embed a whole prompt pool once, up front (cached in memory and on disk), so steps only look it up."""
+        for emb in self._feature_embedders():
+            emb.embed(list(texts))
+
     def _learn(self, ids: list[str], texts: list[str], scores: FloatArray, counts: FloatArray, policy: str) -> None:
         buf = self.buffers_.setdefault(policy, SupportBuffer(self.context_size))
         buf.add(ids, texts, scores, counts)
@@ -180,16 +190,16 @@ class V0Provider(EmbeddingProvider):
             return cached
         x, y, k = self._embedder().embed(buf.texts), np.asarray(buf.scores), np.asarray(buf.counts)
         fold = self._folds(np.asarray(buf.ids))
-        raw_oof, m_oof = np.zeros(len(y)), np.zeros(len(y))
+        raw_oof, head = cross_val_fit(self._new_head, x, fold, self.folds, lambda rows: y[rows])
+        m_oof = np.zeros(len(y))
         for f in range(self.folds):
             tr, te = fold != f, fold == f
             if te.any() and tr.sum() >= 2:
-                raw_oof[te] = self._new_head().fit(x[tr], y[tr]).predict(x[te])
                 m_oof[te] = np.average(y[tr], weights=k[tr])
         mapping = _fit_map(raw_oof, y) if self._new_head().output == "prob_nonneg" else None
         score_oof = raw_oof if mapping is None else mapping.predict(raw_oof)  # type: ignore[attr-defined]
         rows = CalibrationRows(m_oof, score_oof - m_oof, score_oof, y, k)
-        fit = (buf.version, self._new_head().fit(x, y), mapping, buf.mean(), rows)
+        fit = (buf.version, head, mapping, buf.mean(), rows)
         self.fits_[policy] = fit
         return fit
 
@@ -266,6 +276,9 @@ class CombinedProvider(EmbeddingProvider):
         self.stack_embedders = shared
         return [self._embedder(), *(shared[n] for n in self.stack)]
 
+    def _feature_embedders(self) -> list[Embedder]:
+        return self._embedders()
+
     def _pooled(self, policy: str) -> list[str]:
         names = sorted(self.buffers_) if self.pool else [policy]
         return [p for p in names if p in self.buffers_ and len(self.buffers_[p]) >= 1]
@@ -285,21 +298,21 @@ class CombinedProvider(EmbeddingProvider):
         k = np.concatenate([np.asarray(b.counts) for b in bufs])
         xs = [e.embed(texts) for e in self._embedders()]  # one (R, D_j) matrix per feature set
         fold = self._folds(np.array([i for b in bufs for i in b.ids]))
-        m_oof, r_oof = np.zeros(len(y)), np.zeros((len(y), len(xs)))  # (R,), (R, J)
+        m_oof = np.zeros(len(y))  # (R,)
+
+        def fold_means(tr: np.ndarray) -> FloatArray:  # (B,) buffer means on a fold's training rows
+            fallback = float(np.average(y[tr], weights=k[tr]))
+            return _group_means(y[tr], k[tr], who[tr], len(bufs), fallback=fallback)
+
         for f in range(self.folds):
             tr, te = fold != f, fold == f
-            if not te.any() or tr.sum() < 2:
-                continue
-            m_tr = _group_means(y[tr], k[tr], who[tr], len(bufs), fallback=float(np.average(y[tr], weights=k[tr])))
-            for j, x in enumerate(xs):
-                r_oof[te, j] = self._new_head().fit(x[tr], y[tr] - m_tr[who[tr]]).predict(x[te])
-            m_oof[te] = m_tr[who[te]]
+            if te.any() and tr.sum() >= 2:
+                m_oof[te] = fold_means(tr)[who[te]]
+        residual = lambda rows: y[rows] - fold_means(rows)[who[rows]]  # noqa: E731 (targets of a row subset)
+        fitted = [cross_val_fit(self._new_head, x, fold, self.folds, residual) for x in xs]
+        r_oof = np.stack([oof for oof, _ in fitted], axis=1)  # (R, J)
         beta = _stack_weights(r_oof, y - m_oof)
-        m_all = _group_means(y, k, who, len(bufs), fallback=0.0)
-        heads = [
-            self._new_head().fit(x, y - m_all[who]) if b > 0 else self._new_head()
-            for x, b in zip(xs, beta, strict=True)
-        ]
+        heads = [head for _, head in fitted]  # fitted on every row (residuals from the buffer means)
         r_stack = r_oof @ beta  # (R,)
         rows = CalibrationRows(m_oof, r_stack, np.clip(m_oof + r_stack, -1, 1), y, k)
         fit = _CombinedFit(key, heads, beta, rows, {p: who == j for j, p in enumerate(names)})

@@ -131,6 +131,9 @@ class BaseProvider:
             del self.pending_[key]
         return PriorPrediction(mean, cal.sigma2 / n0, n0)
 
+    def prefetch(self, texts: Sequence[str]) -> None:
+        """Compute what can be computed before training for these prompt texts (embeddings); no-op here."""
+
     def record(
         self, prompt_ids: Sequence[str], scores: FloatArray, counts: FloatArray, *, policy: str = "default"
     ) -> None:

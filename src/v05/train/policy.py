@@ -10,9 +10,11 @@ Deviation from cpu-setup.md: the char tokenizer carries a ``TemplateProcessing``
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import string
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -181,7 +183,8 @@ def load_policy(config: PolicyConfig) -> tuple[PreTrainedModel, PreTrainedTokeni
         tokenizer: PreTrainedTokenizerBase = build_char_tokenizer()
         model: PreTrainedModel = _build_tiny_model(config, tokenizer)
     else:
-        model, tokenizer = _from_pretrained(config, dtype)
+        with _quiet_hf_progress():
+            model, tokenizer = _from_pretrained(config, dtype)
     if tokenizer.eos_token_id is None:
         raise ValueError(f"name_or_path={config.name_or_path!r}: the tokenizer has no eos_token; generation needs one")
     if tokenizer.pad_token_id is None:
@@ -204,8 +207,23 @@ def save_policy(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, path
     """
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out, safe_serialization=True)
-    tokenizer.save_pretrained(out)
+    with _quiet_hf_progress():
+        model.save_pretrained(out, safe_serialization=True)
+        tokenizer.save_pretrained(out)
+
+
+@contextlib.contextmanager
+def _quiet_hf_progress() -> Iterator[None]:
+    """Hide transformers' per-file progress bars (weight loading/saving) for the call; restore the setting after."""
+    from transformers.utils import logging as hf_logging  # noqa: PLC0415
+
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            hf_logging.enable_progress_bar()
 
 
 def set_cpu_threads(n: int = 1) -> None:

@@ -1,0 +1,139 @@
+"""``v05 train``: one training run from a config file or name, dotted overrides, ``--resume`` and ``--quick``.
+
+Registration stays torch-free (``v05 --help`` and ``v05 simulate`` do not pay for torch); the config schema is
+imported when ``v05 train`` runs or its ``--help`` is shown, which lists every option with its default and docstring.
+Bad configs or overrides raise ValueError (exit 2 with one line naming the field); a missing optional dependency
+names the extra to install.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import typing
+from pathlib import Path
+
+INSTALL_HINT = "pip install 'v05[train]' (the trainer's extra: torch==2.13.0 first, then transformers, omegaconf, ...)"
+
+
+def require_trainer() -> None:
+    """Import the trainer's dependencies or raise a one-line ValueError naming the extra to install."""
+    try:
+        import omegaconf  # noqa: F401, PLC0415
+        import torch  # noqa: F401, PLC0415
+        import transformers  # noqa: F401, PLC0415
+    except ModuleNotFoundError as err:
+        raise ValueError(f"v05 train needs {err.name!r}: {INSTALL_HINT}") from None
+
+
+def schema_help() -> str:
+    """Every config field as ``dotted.key (type, default): docstring`` lines, from the dataclass schema."""
+    require_trainer()
+    from v05.train.config import TrainConfig  # noqa: PLC0415
+
+    docs = _field_docs(TrainConfig)
+    lines = ["config keys (override with key=value; nested dicts as key.sub=value):"]
+
+    def walk(cls: type, prefix: str) -> None:
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            if f.name.startswith("_") or not f.init:
+                continue
+            typ = hints[f.name]
+            key = f"{prefix}{f.name}"
+            if dataclasses.is_dataclass(typ):
+                walk(typ, f"{key}.")  # type: ignore[arg-type]
+                continue
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+            doc = docs.get((cls.__name__, f.name), "")
+            lines.append(f"  {key} = {default!r}  {doc}".rstrip())
+
+    walk(TrainConfig, "")
+    return "\n".join(lines)
+
+
+def _field_docs(root: type) -> dict[tuple[str, str], str]:
+    """(class name, field) → the docstring written under the field (the schema's documentation)."""
+    import ast  # noqa: PLC0415
+    import inspect  # noqa: PLC0415
+
+    out: dict[tuple[str, str], str] = {}
+    seen: set[type] = set()
+
+    def visit(cls: type) -> None:
+        if cls in seen:
+            return
+        seen.add(cls)
+        try:
+            tree = ast.parse(inspect.getsource(cls))
+        except (OSError, TypeError):
+            return
+        body = tree.body[0].body  # type: ignore[attr-defined]
+        for a, b in zip(body, body[1:], strict=False):
+            if isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name) and isinstance(b, ast.Expr):
+                if isinstance(b.value, ast.Constant) and isinstance(b.value.value, str):
+                    out[(cls.__name__, a.target.id)] = " ".join(b.value.value.split())
+        for t in typing.get_type_hints(cls).values():
+            if dataclasses.is_dataclass(t):
+                visit(t)  # type: ignore[arg-type]
+
+    visit(root)
+    return out
+
+
+class _SchemaHelp(argparse.Action):
+    """``-h/--help``: the usage, then the full config schema (imported only now)."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kw: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help="show this help and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object, **kw: object) -> None:
+        parser.print_help()
+        try:
+            text = schema_help()
+        except ValueError as err:
+            text = f"(config schema unavailable: {err})"
+        print(f"\n{text}")  # the CLI's help output
+        from v05.train.config import packaged_configs  # noqa: PLC0415
+
+        print(f"\npackaged configs (--config NAME): {', '.join(sorted(packaged_configs()))}")
+        parser.exit()
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add ``v05 train``."""
+    p = sub.add_parser(
+        "train",
+        help="train a policy with any estimator/allocator/prior (RLVR on a verifiable task)",
+        description="Train a Hugging Face causal LM with RLVR: prompts → prior → allocator rounds (generate + verify) "
+        "→ advantages → clipped policy update. Writes config.yaml, metrics.jsonl, TensorBoard events and "
+        "checkpoints to --out.",
+        add_help=False,
+    )
+    p.add_argument("-h", "--help", action=_SchemaHelp)
+    p.add_argument("--config", default=None, help="a YAML file or a packaged config name (e.g. demo-v05)")
+    p.add_argument("--out", required=True, help="the run directory")
+    p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --out")
+    p.add_argument("--quick", action="store_true", help="shrink the run to well under a minute on CPU (a smoke run)")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. train.steps=50")
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    require_trainer()
+    from v05.train.config import load_config  # noqa: PLC0415
+    from v05.train.loop import train  # noqa: PLC0415
+
+    cfg = load_config(args.config, args.overrides, quick=args.quick)
+    result = train(cfg, Path(args.out), resume=args.resume)
+    state = "interrupted (checkpoint saved; --resume continues)" if result.interrupted else "done"
+    print(  # the CLI's summary line
+        f"{state}: {result.steps} steps, {result.rollouts_total} rollouts, eval pass rate "
+        f"{result.eval_pass_rate:.3f} → {result.run_dir}",
+        file=sys.stderr if result.interrupted else sys.stdout,
+    )
+    return 130 if result.interrupted else 0
+
+
+__all__ = ["INSTALL_HINT", "register", "require_trainer", "schema_help"]

@@ -1,0 +1,372 @@
+"""The trainer's configuration: a tree of frozen dataclasses (the schema), merged by OmegaConf.
+
+A config is built from the defaults below, a YAML file (a path, or the name of a packaged config such as
+``demo-v05``) and dotted ``key=value`` overrides, in that order (``load_config``). OmegaConf checks every type and
+name against the schema, so a typo or a wrong type fails with the field's name; ``__post_init__`` then checks values
+and how the parts fit together (``check_config``).
+
+Method choice is by name: ``estimator.name`` (``v05.registry.ESTIMATORS``), ``allocator.name``
+(``v05.registry.ALLOCATORS``), ``prior.name`` (``v05.priors.PROVIDERS``) and ``task.name`` (``v05.tasks.TASKS``),
+each with an ``options`` mapping passed to it. (The part configs of the policy, generation, loss and SFT live beside
+their code; importing this module imports torch — the CLI imports it only when ``v05 train`` runs.)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.resources
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from v05.engines.hf import GenerationConfig
+from v05.train.loss import LossConfig
+from v05.train.policy import PolicyConfig
+from v05.train.sft import SFTConfig
+
+CONFIG_PACKAGE = "v05.train.configs"
+"""Packaged configs (``demo-grpo4.yaml`` ...) resolve by name."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TaskConfig:
+    """Which task, and how its prompts are rendered."""
+
+    name: str = "arithmetic"
+    """task name in ``v05.tasks.TASKS`` (arithmetic, reasoning_gym, math_file)."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """keyword options of the task (e.g. ``n_train``, ``dataset``, ``path``, ``question_field``)."""
+    template: Literal["auto", "chat", "plain"] = "auto"
+    """prompt rendering: the tokenizer's chat template (instruct models), the task's plain template, or auto."""
+    system_prompt: str | None = None
+    """system message for chat templates (None: none)."""
+    instruction: str | None = None
+    """text appended to the question in chat templates (None: the task's default)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class WarmupConfig:
+    """Supervised warm-up of the policy before RL, cached on disk so later runs start from the same weights."""
+
+    enabled: bool = False
+    """run (or load from the cache) an SFT warm start before RL."""
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    """optimiser and stopping rule (stops on the sampled pass rate, not a step count)."""
+    n_examples: int = 50_000
+    """fresh training examples drawn from the task's generator (arithmetic) or its train pool (others)."""
+    eval_size: int = 512
+    """held-out prompts sampled (T = 1) to measure the pass rate during the warm-up."""
+    cache_dir: str | None = None
+    """where warm starts are cached (None: ``$V05_WARM_START_DIR`` or ``~/.cache/v05/warm_start``)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EstimatorConfig:
+    """The advantage estimator."""
+
+    name: str = "grpo"
+    """estimator name in ``v05.registry.ESTIMATORS``."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """its keyword options (e.g. ``scale``, ``loo``, ``guard_level``); state, prior and keys are the loop's."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AllocatorConfig:
+    """The rollout allocator; its ``batch_size`` is ``train.batch_size``."""
+
+    name: str = "fixed"
+    """allocator name in ``v05.registry.ALLOCATORS`` (fixed, osla, dynamic_sampling, sara, dps)."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """its options: the base group size (fixed/dynamic_sampling/dps ``k``, osla ``k_init``, sara ``group_size``;
+    fixed defaults to k = 4) and the rest (``k_max``, ``c``, ``max_rounds`` ...)."""
+    pool_factor: int | None = None
+    """candidate pool per step = batch_size × pool_factor prompts (None: 1 for fixed/osla, max_rounds × gen batch
+    for dynamic_sampling, 4 for sara and dps). Prompts the allocator does not sample go back to the queue."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PriorConfig:
+    """The prior provider (value model) whose predictions V0.5-type estimators and OSLA read."""
+
+    name: str | None = None
+    """provider name in ``v05.priors.PROVIDERS`` (running_mean, history, v0, combined); None: no prior."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """its keyword options (e.g. ``backend``, ``head``, ``context_size``)."""
+    feed_n0: bool = True
+    """give ``v05_eb`` (and OSLA's eb_guard test) the provider's calibrated n0 per prompt; False: v05_eb uses its own
+    online τ² state."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OptimConfig:
+    """AdamW with a linear warm-up."""
+
+    lr: float = 1e-4
+    """peak learning rate."""
+    betas: tuple[float, float] = (0.9, 0.99)
+    """AdamW betas."""
+    eps: float = 1e-8
+    """AdamW epsilon."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    warmup_steps: int = 10
+    """linear warm-up steps from 0 to lr."""
+    schedule: Literal["constant", "cosine"] = "constant"
+    """after the warm-up: constant, or cosine decay to 0 at ``train.steps``."""
+    grad_clip: float | None = 1.0
+    """clip the global gradient norm (None: no clipping; the norm is logged either way)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OverlongConfig:
+    """DAPO soft overlong punishment added to the rewards (arXiv:2503.14476, eq. 13); off by default."""
+
+    enabled: bool = False
+    """shape the rewards of long responses."""
+    buffer: int = 4
+    """length of the punishment interval before max_new_tokens."""
+    penalty: float = 1.0
+    """reward subtracted at max_new_tokens."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LoopConfig:
+    """How long and how big: prompts per step, the stopping budget, updates per batch."""
+
+    batch_size: int = 32
+    """prompts whose rollouts reach the loss per step (the allocator's batch_size)."""
+    steps: int = 300
+    """training steps at most."""
+    max_rollouts: int | None = None
+    """stop once this many rollouts were consumed (the equal-budget comparison); None: steps only."""
+    ppo_epochs: int = 1
+    """policy updates per batch (importance ratios against the rollout log-probs)."""
+    micro_batch_size: int = 256
+    """rollouts per forward/backward (the loss is scaled so the gradient equals the full batch's)."""
+    overlong: OverlongConfig = field(default_factory=OverlongConfig)
+    """DAPO overlong reward shaping."""
+    prompt_order: Literal["epochs", "random"] = "epochs"
+    """``epochs``: a fresh permutation of the pool per epoch; ``random``: prompts drawn with replacement."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EvalConfig:
+    """Held-out evaluation: one sampled rollout (and one greedy) per eval prompt, the same sampling seed each time."""
+
+    every: int = 25
+    """evaluate every this many steps (and after the last step); 0: only at the end."""
+    size: int | None = None
+    """eval prompts (None: the whole eval split)."""
+    greedy: bool = True
+    """also report the greedy pass rate."""
+    seed: int = 12345
+    """sampling seed, identical at every evaluation (so the curves compare models, not draws)."""
+    at_start: bool = True
+    """evaluate before the first step (step 0)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunConfig:
+    """Run-directory artefacts and the process."""
+
+    checkpoint_every: int = 50
+    """save a checkpoint every this many steps (and at the end and on SIGINT/SIGTERM); 0: only at the end."""
+    keep_checkpoints: int = 2
+    """checkpoints kept (older ones are deleted once a newer one is complete)."""
+    tensorboard: bool = True
+    """write TensorBoard events beside metrics.jsonl."""
+    progress: bool = True
+    """show a progress bar."""
+    threads: int = 1
+    """torch CPU threads (1 is fastest on a busy 2-core machine; raise it on a quiet one)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TrainConfig:
+    """One training run."""
+
+    name: str = "run"
+    """method label in reports (seeds of one method share it)."""
+    seed: int = 0
+    """seed of the prompt order, the rollout sampling and the policy's initialisation."""
+    task: TaskConfig = field(default_factory=TaskConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    warmup: WarmupConfig = field(default_factory=WarmupConfig)
+    generation: GenerationConfig = field(default_factory=GenerationConfig)
+    estimator: EstimatorConfig = field(default_factory=EstimatorConfig)
+    allocator: AllocatorConfig = field(default_factory=AllocatorConfig)
+    prior: PriorConfig = field(default_factory=PriorConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    train: LoopConfig = field(default_factory=LoopConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+
+
+def packaged_configs() -> dict[str, Path]:
+    """Name → path of every config shipped in the package (``v05/train/configs/*.yaml``)."""
+    root = importlib.resources.files(CONFIG_PACKAGE)
+    return {p.name[: -len(".yaml")]: Path(str(p)) for p in root.iterdir() if p.name.endswith(".yaml")}
+
+
+def resolve_config_path(config: str) -> Path:
+    """A config argument as a file: an existing path, else a packaged name, else ``configs/NAME.yaml`` here."""
+    path = Path(config)
+    if path.is_file():
+        return path
+    known = packaged_configs()
+    if config in known:
+        return known[config]
+    local = Path("configs") / f"{config}.yaml"
+    if local.is_file():
+        return local
+    raise ValueError(f"config {config!r} is neither a file nor a known config; known: {', '.join(sorted(known))}")
+
+
+def load_config(config: str | None = None, overrides: list[str] | tuple[str, ...] = (), *, quick: bool = False):  # noqa: ANN201
+    """Merge the defaults, a YAML file (path or name) and dotted overrides into a checked :class:`TrainConfig`.
+
+    Args:
+        config: a YAML path or a packaged config name (None: the defaults).
+        overrides: ``key=value`` strings (OmegaConf dotlist: ``train.steps=50``, ``allocator.options.k=8``).
+        quick: shrink the run to well under a minute on CPU (:func:`quick_overrides`), applied last.
+
+    Raises:
+        ValueError: unknown file or name, unknown keys, wrong types or invalid values — the message names the field.
+    """
+    from omegaconf import OmegaConf  # noqa: PLC0415 (the config library is a trainer dependency only)
+    from omegaconf.errors import OmegaConfBaseException  # noqa: PLC0415
+
+    for item in overrides:
+        if "=" not in item:
+            raise ValueError(f"override {item!r} is not key=value (e.g. train.steps=50)")
+    try:
+        merged = OmegaConf.structured(TrainConfig)
+        if config is not None:
+            merged = OmegaConf.merge(merged, OmegaConf.load(resolve_config_path(config)))
+        if overrides:
+            merged = OmegaConf.merge(merged, OmegaConf.from_dotlist(list(overrides)))
+        cfg: TrainConfig = OmegaConf.to_object(merged)  # type: ignore[assignment]
+    except OmegaConfBaseException as err:
+        raise ValueError(f"bad config: {_one_line(err)}") from None
+    except TypeError as err:  # a dataclass __init__ rejecting a value
+        raise ValueError(f"bad config: {err}") from None
+    if quick:
+        cfg = quick_config(cfg)
+    check_config(cfg)
+    return cfg
+
+
+def _one_line(err: Exception) -> str:
+    """OmegaConf's message without its multi-line context block, plus the full key it names."""
+    lines = [ln for ln in str(err).splitlines() if ln.strip()]
+    key = getattr(err, "full_key", None)
+    head = lines[0] if lines else type(err).__name__
+    return f"{key}: {head}" if key and key not in head else head
+
+
+def to_yaml(cfg: TrainConfig) -> str:
+    """The resolved config as YAML (what ``config.yaml`` in a run directory holds)."""
+    from omegaconf import OmegaConf  # noqa: PLC0415
+
+    return OmegaConf.to_yaml(OmegaConf.structured(cfg))
+
+
+def quick_config(cfg: TrainConfig) -> TrainConfig:
+    """Shrink a config to a smoke run of well under a minute on CPU, keeping the method (estimator, allocator, prior).
+
+    Steps ≤ 6, eval every 3 steps on ≤ 64 prompts, checkpoints every 3 steps, a warm-up of at most 200 SFT steps
+    (cached separately), at most 16 prompts per step and the rollout budget scaled with the steps.
+    """
+    r = dataclasses.replace
+    train = r(
+        cfg.train,
+        steps=min(cfg.train.steps, 6),
+        batch_size=min(cfg.train.batch_size, 16),
+        max_rollouts=None if cfg.train.max_rollouts is None else min(cfg.train.max_rollouts, 6 * 16 * 16),
+    )
+    warmup = r(cfg.warmup, sft=r(cfg.warmup.sft, max_steps=min(cfg.warmup.sft.max_steps, 200), eval_every=100),
+               n_examples=min(cfg.warmup.n_examples, 20_000), eval_size=min(cfg.warmup.eval_size, 128))  # fmt: skip
+    ev = r(cfg.eval, every=3, size=min(cfg.eval.size or 64, 64))
+    run = r(cfg.run, checkpoint_every=3)
+    return r(cfg, train=train, warmup=warmup, eval=ev, run=run)
+
+
+def check_config(cfg: TrainConfig) -> None:
+    """Check values and how the parts fit together; raise ValueError naming the field and how to fix it."""
+    from v05.registry import ALLOCATORS, get_estimator  # noqa: PLC0415 (numpy-only core)
+
+    def need(ok: bool, where: str, msg: str) -> None:
+        if not ok:
+            raise ValueError(f"{where}: {msg}")
+
+    tr = cfg.train
+    for name in ("batch_size", "steps", "ppo_epochs", "micro_batch_size"):
+        need(getattr(tr, name) >= 1, f"train.{name}", f"must be >= 1, got {getattr(tr, name)}")
+    need(tr.max_rollouts is None or tr.max_rollouts >= 1, "train.max_rollouts", "must be >= 1 or null")
+    need(cfg.eval.every >= 0, "eval.every", "must be >= 0")
+    need(cfg.eval.size is None or cfg.eval.size >= 1, "eval.size", "must be >= 1 or null")
+    need(cfg.run.checkpoint_every >= 0, "run.checkpoint_every", "must be >= 0")
+    need(cfg.run.keep_checkpoints >= 1, "run.keep_checkpoints", "must be >= 1")
+    need(cfg.run.threads >= 1, "run.threads", "must be >= 1")
+    need(cfg.optim.lr > 0, "optim.lr", f"must be > 0, got {cfg.optim.lr}")
+    need(cfg.optim.warmup_steps >= 0, "optim.warmup_steps", "must be >= 0")
+    need(cfg.optim.grad_clip is None or cfg.optim.grad_clip > 0, "optim.grad_clip", "must be > 0 or null")
+    if tr.overlong.enabled:
+        need(0 < tr.overlong.buffer <= cfg.generation.max_new_tokens, "train.overlong.buffer",
+             f"must lie in [1, generation.max_new_tokens={cfg.generation.max_new_tokens}]")  # fmt: skip
+    # estimator: a registered name, options it knows, a prior when it needs one
+    try:
+        spec = get_estimator(cfg.estimator.name)
+    except ValueError as err:
+        raise ValueError(f"estimator.name: {err}") from None
+    loop_owned = {"state", "prior", "mu", "prompt_ids", "reward_range", "step", "n0"}
+    bad = sorted(set(cfg.estimator.options) - (set(spec.options) - loop_owned))
+    need(not bad, "estimator.options", f"unknown or loop-owned option(s) {', '.join(bad)}; valid: "
+         f"{', '.join(sorted(set(spec.options) - loop_owned))}")  # fmt: skip
+    need(not spec.needs_truth, "estimator.name", f"{cfg.estimator.name!r} needs the true values (simulation only)")
+    need(not spec.uses_prior or cfg.prior.name is not None, "prior.name",
+         f"estimator {cfg.estimator.name!r} fuses a prior: set prior.name (e.g. v0, combined)")  # fmt: skip
+    # allocator: a registered name with valid options (batch_size is the loop's)
+    need(cfg.allocator.name in ALLOCATORS, "allocator.name",
+         f"unknown allocator {cfg.allocator.name!r}; valid: {', '.join(ALLOCATORS)}")  # fmt: skip
+    need("batch_size" not in cfg.allocator.options, "allocator.options.batch_size",
+         "is set by train.batch_size")  # fmt: skip
+    need(cfg.allocator.pool_factor is None or cfg.allocator.pool_factor >= 1, "allocator.pool_factor", "must be >= 1")
+    if cfg.allocator.name == "osla":
+        need(cfg.prior.name is not None, "prior.name", "allocator 'osla' tests a prior: set prior.name")
+    from v05.registry import get_allocator  # noqa: PLC0415
+
+    try:
+        get_allocator(cfg.allocator.name, batch_size=tr.batch_size, **cfg.allocator.options)
+    except (ValueError, TypeError) as err:
+        raise ValueError(f"allocator.options: {err}") from None
+    if cfg.prior.name is not None:
+        from v05.priors import PROVIDERS  # noqa: PLC0415
+
+        need(cfg.prior.name in PROVIDERS, "prior.name",
+             f"unknown prior provider {cfg.prior.name!r}; valid: {', '.join(PROVIDERS)}")  # fmt: skip
+    from v05.tasks import TASKS  # noqa: PLC0415
+
+    need(cfg.task.name in TASKS, "task.name", f"unknown task {cfg.task.name!r}; valid: {', '.join(TASKS)}")
+
+
+__all__ = [
+    "AllocatorConfig",
+    "EstimatorConfig",
+    "EvalConfig",
+    "LoopConfig",
+    "OptimConfig",
+    "OverlongConfig",
+    "PriorConfig",
+    "RunConfig",
+    "TaskConfig",
+    "TrainConfig",
+    "WarmupConfig",
+    "check_config",
+    "load_config",
+    "packaged_configs",
+    "quick_config",
+    "resolve_config_path",
+    "to_yaml",
+]

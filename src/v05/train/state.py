@@ -1,0 +1,38 @@
+"""Estimator and allocator state as JSON (type-tagged), for checkpoints: no pickle, exact round trips.
+
+The states are the values the core returns (``Estimate.state``, ``Allocation.state``): ``PriorErrorState``
+(``v05_eb``), ``BetaHistory`` (``dbb``, SARA) and ``DpsState`` (DPS). A state of another type is refused with the
+list of supported ones, so a new stateful method cannot be silently dropped from a checkpoint.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from v05.allocation.dps import DpsState
+from v05.allocation.posterior import BetaHistory
+from v05.estimators.fusion import PriorErrorState
+
+STATE_TYPES: dict[str, type] = {"PriorErrorState": PriorErrorState, "BetaHistory": BetaHistory, "DpsState": DpsState}
+
+
+def state_to_json(state: Any) -> dict[str, Any] | None:
+    """``{"type": name, "data": state.to_dict()}`` (None stays None)."""
+    if state is None:
+        return None
+    name = type(state).__name__
+    if name not in STATE_TYPES:
+        raise ValueError(f"cannot checkpoint a state of type {name}; supported: {', '.join(STATE_TYPES)}")
+    return {"type": name, "data": state.to_dict()}
+
+
+def state_from_json(data: dict[str, Any] | None) -> Any:
+    """Inverse of :func:`state_to_json`."""
+    if data is None:
+        return None
+    if data.get("type") not in STATE_TYPES:
+        raise ValueError(f"unknown state type {data.get('type')!r} in checkpoint; supported: {', '.join(STATE_TYPES)}")
+    return STATE_TYPES[data["type"]].from_dict(data["data"])
+
+
+__all__ = ["STATE_TYPES", "state_from_json", "state_to_json"]

@@ -1,0 +1,111 @@
+"""The SFT warm start: train the policy to a mid-range sampled pass rate once, cache it, load it every time after.
+
+The cache key is a hash of everything that determines the warm start (policy, task, template, SFT settings, the
+warm-up's example count and eval size), so every run of a comparison starts from bit-identical weights and a second
+``make demo`` skips the warm-up. A warm start is written to a temporary folder and renamed into place.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from v05.tasks import Prompt, Task, render_prompt
+
+logger = logging.getLogger(__name__)
+
+CACHE_ENV = "V05_WARM_START_DIR"
+"""Environment variable that overrides the warm-start cache folder (default ``~/.cache/v05/warm_start``)."""
+
+
+def warm_start_dir(cfg: Any) -> Path:
+    """The cache folder of the warm start ``cfg`` (a :class:`~v05.train.config.TrainConfig`) asks for."""
+    w = cfg.warmup
+    root = Path(w.cache_dir or os.environ.get(CACHE_ENV) or "~/.cache/v05/warm_start")
+    key = {
+        "policy": dataclasses.asdict(cfg.policy) | {"device": "-", "dtype": "-"},
+        "task": dataclasses.asdict(cfg.task),
+        "sft": dataclasses.asdict(w.sft),
+        "n_examples": w.n_examples,
+        "eval_size": w.eval_size,
+        "max_new_tokens": cfg.generation.max_new_tokens,
+        "version": 1,
+    }
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return root.expanduser() / digest
+
+
+def sft_examples(task: Task, n: int, seed: int) -> list[Prompt]:
+    """Prompts for the warm-up: fresh generator draws for the arithmetic task, else the train pool (cycled)."""
+    from v05.tasks.arithmetic import ArithmeticTask, make_sft_examples  # noqa: PLC0415
+
+    if isinstance(task, ArithmeticTask):
+        return make_sft_examples(task, n, seed)
+    pool = list(task.train_prompts())
+    return [pool[i % len(pool)] for i in range(n)]
+
+
+def ensure_warm_start(cfg: Any, *, progress: bool = True) -> Path:
+    """The folder of the cached warm start, training it first if it is missing.
+
+    Returns:
+        A folder that ``load_policy(PolicyConfig(name_or_path=...))`` reads (``save_pretrained`` layout) and an
+        ``sft.json`` with the warm-up's result.
+    """
+    import torch  # noqa: PLC0415
+
+    from v05.engines.hf import HFEngine  # noqa: PLC0415
+    from v05.tasks import make_task  # noqa: PLC0415
+    from v05.train.policy import load_policy, save_policy  # noqa: PLC0415
+    from v05.train.sft import sft_warmup  # noqa: PLC0415
+
+    target = warm_start_dir(cfg)
+    if (target / "sft.json").is_file():
+        logger.info("warm start: cached at %s", target)
+        return target
+    task = make_task(cfg.task.name, **cfg.task.options)
+    model, tokenizer = load_policy(cfg.policy)
+    examples = sft_examples(task, cfg.warmup.n_examples, cfg.warmup.sft.seed + 1)
+    pairs = [(_render(cfg, task, p, tokenizer), task.sft_target(p)) for p in examples]
+    held_out = list(task.eval_prompts())[: cfg.warmup.eval_size]
+    held_text = [_render(cfg, task, p, tokenizer) for p in held_out]
+    gen = dataclasses.replace(cfg.generation, temperature=1.0)
+
+    def evaluate(m: torch.nn.Module) -> float:
+        rollouts = HFEngine(m, tokenizer, gen, seed=cfg.eval.seed).generate(held_text, [1] * len(held_text))
+        return float(task.score(held_out, list(rollouts.texts)).rewards.mean())
+
+    logger.info("warm start: SFT to a sampled pass rate of %.2f (cache %s)", cfg.warmup.sft.target_pass_rate, target)
+    result = sft_warmup(model, tokenizer, pairs, evaluate=evaluate, config=cfg.warmup.sft, progress=progress)
+    tmp = target.with_name(f".tmp_{target.name}_{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    save_policy(model, tokenizer, tmp)
+    (tmp / "sft.json").write_text(json.dumps(dataclasses.asdict(result) | {"examples": len(pairs)}), encoding="utf-8")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.replace(tmp, target)
+    except OSError:  # another process finished the same warm start first: keep theirs
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _render(cfg: Any, task: Task, prompt: Prompt, tokenizer: object) -> str:
+    t = cfg.task
+    return render_prompt(task, prompt, tokenizer, template=t.template, system_prompt=t.system_prompt,
+                         instruction=t.instruction)  # fmt: skip
+
+
+def render_all(cfg: Any, task: Task, prompts: Sequence[Prompt], tokenizer: object) -> list[str]:
+    """Every prompt rendered with the run's template (chat or plain)."""
+    return [_render(cfg, task, p, tokenizer) for p in prompts]
+
+
+__all__ = ["ensure_warm_start", "render_all", "sft_examples", "warm_start_dir"]

@@ -1,0 +1,210 @@
+"""Loading runs, seed groups, mean ± SE curves, rollouts to a target and the summary, against hand-computed cases."""
+
+import logging
+import math
+
+import numpy as np
+import pytest
+
+from tests.report._fake import eval_run, write_run
+from v05.report.runs import (
+    default_reference,
+    find_run_dirs,
+    group_runs,
+    load_run,
+    load_runs,
+    mean_curve,
+    mean_se,
+    moving_average,
+    rollouts_to_reach,
+    summary_table,
+)
+
+
+def test_resumed_run_last_line_of_a_step_wins(tmp_path):
+    """A resumed run appends: steps 2 and 3 logged twice keep their last lines, and metrics come out sorted."""
+    lines = [{"step": s, "rollouts_total": 10 * s, "train_pass_rate": 0.1} for s in (1, 2, 3)]
+    lines += [{"step": s, "rollouts_total": 10 * s, "train_pass_rate": 0.9} for s in (3, 2)]
+    run = load_run(write_run(tmp_path, "r", name="grpo4", seed=3, lines=lines))
+    assert [m["step"] for m in run.metrics] == [1, 2, 3]
+    steps, rate = run.series("train_pass_rate")
+    assert steps.tolist() == [1, 2, 3] and rate.tolist() == [0.1, 0.9, 0.9]
+    assert run.name == "grpo4" and run.seed == 3 and run.config_value("estimator.name") == "grpo"
+    assert run.config_value("prior.name") is None and run.config_value("no.such") is None
+
+
+def test_nan_lines_parse_and_series_skip_them(tmp_path):
+    """Python's json writes NaN: the line parses, and series() leaves the non-finite value out."""
+    raw = (
+        '{"step": 1, "rollouts_total": 8, "grad_norm": NaN, "wall_time": 1.0}\n'
+        '{"step": 2, "rollouts_total": 16, "grad_norm": 0.5, "wall_time": 2.0}\n'
+    )
+    run = load_run(write_run(tmp_path, "r", name="v05", raw=raw))
+    assert math.isnan(run.metrics[0]["grad_norm"])
+    steps, g = run.series("grad_norm")
+    assert steps.tolist() == [2] and g.tolist() == [0.5]
+    assert run.last("grad_norm") == 0.5 and run.last("entropy") is None and not run.has("entropy")
+
+
+def test_partial_last_line_is_dropped_but_a_bad_middle_line_raises(tmp_path, caplog):
+    """A run killed mid-write leaves half a line at the end: dropped with a warning; elsewhere it is an error."""
+    good = '{"step": 1, "rollouts_total": 8}\n'
+    with caplog.at_level(logging.WARNING):
+        run = load_run(write_run(tmp_path, "a", name="x", raw=good + '{"step": 2, "rollo'))
+    assert len(run.metrics) == 1 and "unreadable last line" in caplog.text
+    path = write_run(tmp_path, "b", name="x", raw='{"step": 1,\n' + good)
+    with pytest.raises(ValueError, match=r"metrics\.jsonl:1"):
+        load_run(path)
+    path = write_run(tmp_path, "c", name="x", raw='{"rollouts_total": 8}\n')
+    with pytest.raises(ValueError, match="integer 'step'"):
+        load_run(path)
+
+
+def test_bad_paths_raise_value_error_naming_the_path(tmp_path):
+    """Missing directory, no metrics.jsonl, an empty or blank file: ValueError that names the path."""
+    with pytest.raises(ValueError, match="nowhere"):
+        load_run(tmp_path / "nowhere")
+    (tmp_path / "no_metrics").mkdir()
+    with pytest.raises(ValueError, match=r"no_metrics.*no metrics\.jsonl"):
+        load_run(tmp_path / "no_metrics")
+    for dirname, raw in (("empty", ""), ("blank", "\n \n")):
+        path = write_run(tmp_path, dirname, name="x", raw=raw)
+        with pytest.raises(ValueError, match=rf"{dirname}.*empty"):
+            load_run(path)
+    with pytest.raises(ValueError, match="no run directories"):
+        load_runs([])
+
+
+def test_name_falls_back_to_the_directory_and_parents_expand(tmp_path):
+    """Without config.yaml the directory name is the method; a parent directory expands to its runs, once each."""
+    write_run(tmp_path / "demo", "b_run", name=None, lines=[{"step": 1}])
+    write_run(tmp_path / "demo", "a_run", name="grpo4", lines=[{"step": 1}])
+    (tmp_path / "demo" / "report").mkdir()  # an output directory beside the runs is not a run
+    dirs = find_run_dirs([tmp_path / "demo", tmp_path / "demo" / "a_run"])
+    assert [d.name for d in dirs] == ["a_run", "b_run"]
+    assert [r.name for r in load_runs(dirs)] == ["grpo4", "b_run"]
+    with pytest.raises(ValueError, match="report"):
+        find_run_dirs([tmp_path / "demo" / "report"])
+    with pytest.raises(ValueError, match="missing"):
+        find_run_dirs([tmp_path / "missing"])
+
+
+def test_group_runs_by_name_seeds_sorted(tmp_path):
+    """Seeds of one method share a name; groups keep first-appearance order, seeds are sorted."""
+    runs = [
+        load_run(eval_run(tmp_path, d, n, s, [(100, 0.1)]))
+        for d, n, s in (("a", "v05", 2), ("b", "grpo4", 0), ("c", "v05", 1))
+    ]
+    groups = group_runs(runs)
+    assert list(groups) == ["v05", "grpo4"] and [r.seed for r in groups["v05"]] == [1, 2]
+
+
+def test_mean_se_and_moving_average_by_hand():
+    """SE = std(ddof=1)/√n, 0 for one value; trailing moving average averages what exists at the start."""
+    assert mean_se([0.2, 0.6]) == pytest.approx((0.4, 0.2))  # std(ddof=1) = 0.2828, / √2 = 0.2
+    assert mean_se([0.7]) == (0.7, 0.0) and mean_se([]) == (None, None)
+    y = np.array([3.0, 1.0, 2.0, 6.0])
+    np.testing.assert_allclose(moving_average(y, 3), [3.0, 2.0, 2.0, 3.0])  # (3), (3+1)/2, (3+1+2)/3, (1+2+6)/3
+    np.testing.assert_allclose(moving_average(y, 1), y)
+
+
+def test_mean_curve_two_seeds_on_different_grids(tmp_path):
+    """Seeds interpolated onto the union grid inside the common range, then mean ± SE by hand.
+
+    A: (100, .2) (200, .4) (300, .6);  B: (150, .1) (250, .5) (350, .5).  Common range [150, 300], grid 150 200 250 300.
+    A on grid: .3 .4 .5 .6;  B on grid: .1 .3 .5 .5.  Mean .2 .35 .5 .55;  SE for n = 2 is |a − b|/2: .1 .05 0 .05.
+    """
+    a = load_run(eval_run(tmp_path, "a", "v05", 0, [(100, 0.2), (200, 0.4), (300, 0.6)]))
+    b = load_run(eval_run(tmp_path, "b", "v05", 1, [(150, 0.1), (250, 0.5), (350, 0.5)]))
+    curve = mean_curve([a, b], "rollouts_total")
+    np.testing.assert_allclose(curve.x, [150, 200, 250, 300])
+    np.testing.assert_allclose(curve.mean, [0.2, 0.35, 0.5, 0.55])
+    np.testing.assert_allclose(curve.se, [0.1, 0.05, 0.0, 0.05], atol=1e-12)
+    assert curve.n_seeds == 2
+    one = mean_curve([a], "step")
+    np.testing.assert_allclose(one.x, [1, 2, 3])
+    np.testing.assert_allclose(one.se, 0.0)
+
+
+def test_mean_curve_refuses_decreasing_x_and_disjoint_seeds(tmp_path):
+    """A wall clock that restarts cannot be an x-axis; seeds that share no x range have no mean."""
+    lines = [{"step": s, "wall_time": w, "eval_pass_rate": 0.1} for s, w in ((1, 5.0), (2, 9.0), (3, 2.0))]
+    run = load_run(write_run(tmp_path, "r", name="x", lines=lines))
+    with pytest.raises(ValueError, match="wall_time decreases"):
+        mean_curve([run], "wall_time")
+    a = load_run(eval_run(tmp_path, "a", "x", 0, [(100, 0.1), (200, 0.2)]))
+    b = load_run(eval_run(tmp_path, "b", "x", 1, [(300, 0.1), (400, 0.2)]))
+    with pytest.raises(ValueError, match="no common range"):
+        mean_curve([a, b], "rollouts_total")
+    assert mean_curve([a], "rollouts_total", "entropy").n_seeds == 0
+
+
+def test_rollouts_to_reach_interpolates_linearly(tmp_path):
+    """0.2 at 100 rollouts and 0.4 at 200: 0.3 is reached at 100 + (0.1/0.2)·100 = 150; 0.5 never; 0.1 at once."""
+    run = load_run(eval_run(tmp_path, "r", "v05", 0, [(100, 0.2), (200, 0.4), (300, 0.35)]))
+    assert rollouts_to_reach(run, 0.3) == pytest.approx(150.0)
+    assert rollouts_to_reach(run, 0.4) == pytest.approx(200.0)
+    assert rollouts_to_reach(run, 0.5) is None
+    assert rollouts_to_reach(run, 0.1) == pytest.approx(100.0)
+    with pytest.raises(ValueError, match="target"):
+        rollouts_to_reach(run, 1.5)
+
+
+def test_rollouts_to_reach_skips_steps_without_eval(tmp_path):
+    """Only eval lines form the curve: a training-only step in between does not break the interpolation."""
+    lines = [
+        {"step": 1, "rollouts_total": 100, "eval_pass_rate": 0.2},
+        {"step": 2, "rollouts_total": 150},
+        {"step": 3, "rollouts_total": 300, "eval_pass_rate": 0.6},
+    ]
+    run = load_run(write_run(tmp_path, "r", name="x", lines=lines))
+    assert rollouts_to_reach(run, 0.3) == pytest.approx(150.0)  # 100 + (0.1/0.4)·200
+
+
+def test_rollouts_to_reach_group_mean_over_seeds_that_reach(tmp_path):
+    """Seeds reach 0.3 at 150 and 250, a third never: mean 200, SE |150 − 250|/2 = 50, 2 of 3 reached."""
+    a = load_run(eval_run(tmp_path, "a", "x", 0, [(100, 0.2), (200, 0.4)]))
+    b = load_run(eval_run(tmp_path, "b", "x", 1, [(200, 0.2), (300, 0.4)]))
+    c = load_run(eval_run(tmp_path, "c", "x", 2, [(100, 0.1), (200, 0.2)]))
+    reach = rollouts_to_reach([a, b, c], 0.3)
+    assert reach.mean == pytest.approx(200.0) and reach.se == pytest.approx(50.0)
+    assert (reach.n_reached, reach.n_seeds) == (2, 3)
+    assert reach.per_seed[2] is None
+
+
+def _three_methods(tmp_path):
+    runs = []
+    for name, finals in (("v05", (0.6, 0.6)), ("grpo16", (0.4, 0.4)), ("grpo4", (0.5, 0.5))):
+        for seed, final in enumerate(finals):
+            pts = [(100, 0.1), (200, final)]
+            extra = {"rollouts_per_prompt": 4.0, "zero_adv_frac": 0.25, "grad_norm": 1.0 + seed}
+            runs.append(load_run(eval_run(tmp_path, f"{name}_{seed}", name, seed, pts, extra=extra)))
+    return group_runs(runs)
+
+
+def test_default_reference_and_target(tmp_path):
+    """Default reference: the GRPO group with the higher final eval (grpo4, 0.5); the target is its final eval."""
+    groups = _three_methods(tmp_path)
+    assert default_reference(groups) == "grpo4"
+    rows = {r["method"]: r for r in summary_table(groups)}
+    assert rows["v05"]["reference"] == "grpo4" and rows["grpo4"]["is_reference"]
+    assert rows["v05"]["target"] == pytest.approx(0.5)
+    # grpo4 reaches 0.5 at 200; v05: 100 + (0.4/0.5)·100 = 180 → ratio 0.9; grpo16 never
+    assert rows["grpo4"]["reach_rollouts"] == pytest.approx(200.0)
+    assert rows["v05"]["reach_rollouts"] == pytest.approx(180.0) and rows["v05"]["reach_ratio"] == pytest.approx(0.9)
+    assert rows["grpo16"]["reach_rollouts"] is None and rows["grpo16"]["reach_n"] == 0
+    assert rows["v05"]["final_eval"] == pytest.approx(0.6) and rows["v05"]["final_eval_se"] == pytest.approx(0.0)
+    assert rows["v05"]["final_grad_norm"] == pytest.approx(1.5)  # seeds end at 1.0 and 2.0
+    assert rows["v05"]["rollouts_per_prompt"] == 4.0 and rows["v05"]["all_equal_frac"] is None
+
+
+def test_explicit_reference_and_target_and_no_grpo(tmp_path):
+    """An explicit reference/target is used as given; unknown names and bad targets raise; no GRPO → first group."""
+    groups = _three_methods(tmp_path)
+    rows = summary_table(groups, target=0.3, reference="grpo16")
+    assert all(r["target"] == 0.3 and r["reference"] == "grpo16" for r in rows)
+    with pytest.raises(ValueError, match="unknown reference method 'nope'.*v05, grpo16, grpo4"):
+        summary_table(groups, reference="nope")
+    with pytest.raises(ValueError, match="target"):
+        summary_table(groups, target=2.0)
+    assert default_reference({"v05": groups["v05"], "other": groups["grpo4"]}) == "v05"

@@ -1,0 +1,114 @@
+"""Configs: packaged names resolve, overrides merge, bad values fail naming the field, the CLI exits 2 on bad input."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from v05.cli import main
+from v05.train.config import TrainConfig, load_config, packaged_configs, quick_config, to_yaml
+from v05.train.warmstart import warm_start_dir
+
+DEMO = ("demo-grpo4", "demo-grpo16", "demo-v05", "demo-v05-eb", "demo-dapo")
+
+
+def test_packaged_configs_resolve_and_check():
+    """Every packaged config loads and passes the checks; the demo ones share the budget and the warm start."""
+    names = packaged_configs()
+    assert set(DEMO) | {"gsm8k-qwen0.5b-v05", "gym-chain-sum-qwen0.5b"} <= set(names)
+    demo = [load_config(n) for n in DEMO]
+    assert len({c.train.max_rollouts for c in demo}) == 1 and all(c.warmup.enabled for c in demo)
+    assert len({warm_start_dir(c) for c in demo}) == 1  # one cached warm start for all
+    v05 = load_config("demo-v05")
+    assert (v05.estimator.name, v05.allocator.name, v05.prior.name) == ("v05", "osla", "v0")
+    assert v05.allocator.options == {"k_init": 4, "k_max": 16, "c": 0.0039}
+    eb = load_config("demo-v05-eb")
+    assert (eb.estimator.name, eb.allocator.name, eb.prior.name) == ("v05_eb", "osla", "combined")
+
+
+def test_overrides_merge_and_yaml_round_trips(tmp_path):
+    """Dotted overrides win over the file; the resolved YAML loads back to the same config."""
+    cfg = load_config("demo-grpo4", ["train.steps=7", "allocator.options.k=8", "optim.lr=3e-5"])
+    assert cfg.train.steps == 7 and cfg.allocator.options == {"k": 8} and cfg.optim.lr == 3e-5
+    path = tmp_path / "c.yaml"
+    path.write_text(to_yaml(cfg))
+    assert load_config(str(path)) == cfg
+    assert isinstance(cfg, TrainConfig)
+
+
+def test_quick_shrinks_any_config():
+    """--quick keeps the method and shrinks steps, batch, eval and the warm-up."""
+    q = quick_config(load_config("demo-v05"))
+    assert q.train.steps <= 6 and q.train.batch_size <= 16 and q.eval.size <= 64
+    assert q.warmup.sft.max_steps <= 200 and (q.estimator, q.allocator, q.prior) == (
+        load_config("demo-v05").estimator,
+        load_config("demo-v05").allocator,
+        load_config("demo-v05").prior,
+    )
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        (["train.stepz=3"], "stepz"),
+        (["train.steps=abc"], "train.steps"),
+        (["train.steps=0"], "train.steps"),
+        (["estimator.name=gpro"], "estimator.name"),
+        (["estimator.name=v05"], "prior.name"),
+        (["allocator.name=osla", "allocator.options={k_init: 4}"], "prior.name"),
+        (["allocator.options={kk: 4}"], "allocator.options"),
+        (["allocator.options={batch_size: 4}"], "allocator.options.batch_size"),
+        (["estimator.options={state: 1}"], "estimator.options"),
+        (["estimator.name=oracle"], "estimator.name"),
+        (["prior.name=magic"], "prior.name"),
+        (["task.name=chess"], "task.name"),
+        (["loss.agg=sum"], "loss.agg"),
+        (["optim.lr=-1"], "optim.lr"),
+        (["steps"], "key=value"),
+    ],
+)
+def test_bad_configs_name_the_field(overrides, field):
+    """Each bad value raises ValueError whose one-line message names the offending field."""
+    with pytest.raises(ValueError) as err:
+        load_config(None, overrides)
+    assert field in str(err.value) and "\n" not in str(err.value)
+
+
+def test_unknown_config_name_lists_the_known_ones():
+    """A name that is neither a file nor packaged lists the packaged configs."""
+    with pytest.raises(ValueError, match="demo-v05"):
+        load_config("demo-nope")
+
+
+def test_cli_bad_input_exits_2_with_one_line(tmp_path, capsys):
+    """`v05 train` with a bad override, or --resume without a checkpoint, exits 2 with one error line."""
+    assert main(["train", "--config", "demo-grpo4", "--out", str(tmp_path / "r"), "train.steps=abc"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "train.steps" in err[0]
+    assert main(["train", "--config", "demo-grpo4", "--out", str(tmp_path / "r2"), "--resume"]) == 2
+    assert "no checkpoint" in capsys.readouterr().err
+
+
+def test_train_help_lists_every_option(capsys):
+    """`v05 train --help` prints the whole config schema with defaults and docstrings, and the packaged names."""
+    with pytest.raises(SystemExit) as done:
+        main(["train", "--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    for key in ("train.max_rollouts", "allocator.pool_factor", "loss.clip_high", "warmup.sft.target_pass_rate",
+                "prior.feed_n0", "eval.every", "run.checkpoint_every", "generation.max_new_tokens"):  # fmt: skip
+        assert key in out, key
+    assert "demo-v05" in out
+
+
+def test_missing_trainer_dependency_names_the_extra():
+    """Without omegaconf (the train extra), `v05 train` says which extra to install in one line, exit 2."""
+    code = (
+        "import sys; sys.modules['omegaconf'] = None; from v05.cli import main; "
+        "sys.exit(main(['train', '--config', 'demo-grpo4', '--out', '/tmp/x']))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "pip install 'v05[train]'" in proc.stderr and "Traceback" not in proc.stderr

@@ -1,0 +1,139 @@
+"""The training loop end to end: every estimator and allocator runs, resume reproduces, signals checkpoint."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+
+import numpy as np
+import pytest
+from safetensors.torch import load_file
+
+from v05.registry import ALLOCATORS, ESTIMATORS
+from v05.train.config import load_config
+from v05.train.loop import train
+
+CONTRACT = ("step", "rollouts_total", "train_pass_rate")
+PER_STEP = ("tokens_total", "wall_time", "rollouts_per_prompt", "k_hist", "zero_adv_frac", "all_equal_frac",
+            "grad_norm", "entropy", "clip_frac", "kl", "verifier_failures", "time/generate", "time/verify",
+            "time/prior", "time/estimate", "time/update")  # fmt: skip
+
+
+def rows_of(run_dir):
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def method_overrides(estimator: str, allocator: str) -> list[str]:
+    """Overrides that make a valid config for the pair (a prior where the estimator or OSLA needs one)."""
+    out = [f"estimator.name={estimator}", f"allocator.name={allocator}"]
+    k_opt = {"fixed": "k", "osla": "k_init", "dynamic_sampling": "k", "sara": "group_size", "dps": "k"}[allocator]
+    out.append(f"allocator.options={{{k_opt}: 4}}")
+    if ESTIMATORS[estimator].uses_prior or allocator == "osla":
+        out.append("prior.name=running_mean")
+    if allocator == "osla":
+        out.append("allocator.options.k_max=8")
+    if estimator in ("v05", "v05_eb", "dbb"):
+        out.append("estimator.options={scale: none}")
+    return out
+
+
+PAIRS = [(e, "fixed") for e in ESTIMATORS if e != "oracle"] + [("grpo", a) for a in ALLOCATORS if a != "fixed"]
+PAIRS += [("v05", "osla"), ("v05_eb", "osla")]
+
+
+@pytest.mark.parametrize(("estimator", "allocator"), PAIRS)
+def test_every_estimator_and_allocator_trains_a_few_steps(tmp_path, tiny_overrides, estimator, allocator):
+    """A 3-step run per registered estimator (fixed k) and per allocator (grpo): rewards flow (some success), the
+    update's gradient is finite, eval runs at steps 0, 2 and 3, and every step line has the contract keys."""
+    cfg = load_config(None, [*tiny_overrides, *method_overrides(estimator, allocator)])
+    res = train(cfg, tmp_path / "run")
+    rows = rows_of(tmp_path / "run")
+    steps = [r for r in rows if r["step"] > 0]
+    assert res.steps == 3 and [r["step"] for r in steps] == [1, 2, 3]
+    assert all(all(k in r for k in CONTRACT + PER_STEP) for r in steps)
+    assert sum(r["train_pass_rate"] for r in steps) > 0  # the warm start solves some prompts: rewards flow
+    assert all(math.isfinite(r["grad_norm"]) and math.isfinite(r["loss"]) for r in steps)
+    assert [r["step"] for r in rows if "eval_pass_rate" in r] == [0, 2, 3]
+    assert steps[-1]["rollouts_total"] == sum(r["rollouts_step"] for r in steps) == res.rollouts_total
+    if allocator == "osla":
+        assert all("reject_rate" in r and "mean_weight" in r for r in steps)
+    if ESTIMATORS[estimator].uses_prior or allocator == "osla":
+        assert all("prior/tau2" in r for r in steps)
+    assert (tmp_path / "run" / "config.yaml").exists() and (tmp_path / "run" / "final" / "config.json").exists()
+
+
+def test_equal_budget_stops_at_max_rollouts(tmp_path, tiny_overrides):
+    """train.max_rollouts is the budget: the run stops at the first step whose total reaches it."""
+    cfg = load_config(None, [*tiny_overrides, "train.steps=50", "train.max_rollouts=80", "allocator.options={k: 4}"])
+    res = train(cfg, tmp_path / "run")
+    assert res.rollouts_total == 96 and res.steps == 3  # 32 rollouts per step: 32, 64, 96 ≥ 80
+
+
+def test_resume_reproduces_the_uninterrupted_run(tmp_path, tiny_overrides):
+    """Kill after the step-2 checkpoint (an exception at step 3), resume: the metrics (but wall times) and the final
+    weights equal an uninterrupted run's, and no step is lost or repeated in metrics.jsonl."""
+    over = [*tiny_overrides, "train.steps=4", "run.checkpoint_every=2", "estimator.name=v05_eb",
+            "estimator.options={scale: none}", "prior.name=history", "allocator.name=osla",
+            "allocator.options={k_init: 4, k_max: 8}"]  # fmt: skip
+    cfg = load_config(None, over)
+    full = train(cfg, tmp_path / "full")
+
+    def die_at_3(row):
+        if row["step"] == 3:
+            raise RuntimeError("killed")
+
+    with pytest.raises(RuntimeError, match="killed"):
+        train(cfg, tmp_path / "cut", log=die_at_3)
+    assert [r["step"] for r in rows_of(tmp_path / "cut")][-1] == 3  # step 3 was logged, but not checkpointed
+    resumed = train(cfg, tmp_path / "cut", resume=True)
+    assert resumed.steps == full.steps == 4 and resumed.rollouts_total == full.rollouts_total
+    a, b = rows_of(tmp_path / "full"), rows_of(tmp_path / "cut")
+    assert [r["step"] for r in b] == [0, 1, 2, 3, 4]
+    for ra, rb in zip(a, b, strict=True):
+        keys = {k for k in ra if not k.startswith("time/") and k != "wall_time"}
+        assert {k: ra[k] for k in keys} == {k: rb[k] for k in keys}, ra["step"]
+    wa = load_file(tmp_path / "full" / "checkpoints" / "step_000004" / "policy" / "model.safetensors")
+    wb = load_file(tmp_path / "cut" / "checkpoints" / "step_000004" / "policy" / "model.safetensors")
+    assert wa.keys() == wb.keys() and all(bool((wa[k] == wb[k]).all()) for k in wa)
+
+
+def test_sigint_saves_a_checkpoint_then_resume_finishes(tmp_path, tiny_overrides):
+    """SIGINT during step 2 finishes the step, saves a checkpoint and returns interrupted; --resume runs steps 3–4."""
+    cfg = load_config(None, [*tiny_overrides, "train.steps=4"])
+
+    def interrupt_at_2(row):
+        if row["step"] == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    res = train(cfg, tmp_path / "run", log=interrupt_at_2)
+    assert res.interrupted and res.steps == 2
+    assert (tmp_path / "run" / "checkpoints" / "latest").read_text() == "step_000002"
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers restored
+    done = train(cfg, tmp_path / "run", resume=True)
+    assert not done.interrupted and done.steps == 4
+    assert [r["step"] for r in rows_of(tmp_path / "run")] == [0, 1, 2, 3, 4]
+
+
+def test_existing_run_needs_resume_and_resume_needs_the_same_config(tmp_path, tiny_overrides):
+    """Training into a used run directory, resuming without a checkpoint or with another config is refused."""
+    cfg = load_config(None, [*tiny_overrides, "train.steps=1", "eval.every=0", "eval.at_start=false"])
+    with pytest.raises(ValueError, match="no checkpoint"):
+        train(cfg, tmp_path / "run", resume=True)
+    train(cfg, tmp_path / "run")
+    with pytest.raises(ValueError, match="--resume"):
+        train(cfg, tmp_path / "run")
+    other = load_config(None, [*tiny_overrides, "train.steps=2", "eval.every=0", "eval.at_start=false"])
+    with pytest.raises(ValueError, match="config differs"):
+        train(other, tmp_path / "run", resume=True)
+
+
+def test_allocator_pool_prompts_not_sampled_go_back_to_the_queue(tmp_path, tiny_overrides):
+    """DPS selects 8 of a pool of 32 candidates per step; the 24 others are offered first next step, so the 60-prompt
+    pool is covered without repeats over the first steps (prompts_total counts distinct sampled prompts)."""
+    cfg = load_config(None, [*tiny_overrides, "allocator.name=dps", "allocator.options={k: 4}"])
+    train(cfg, tmp_path / "run")
+    rows = [r for r in rows_of(tmp_path / "run") if r["step"] > 0]
+    assert [r["prompts_sampled"] for r in rows] == [8, 8, 8]
+    assert np.isfinite(rows[-1]["mean_p_partial_selected"])
