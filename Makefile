@@ -18,7 +18,7 @@ $(PY):
 # Core + priors + torch extras. Re-runs when pyproject.toml or constraints.txt change.
 $(VENV)/.installed: $(PY) pyproject.toml constraints.txt
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -c constraints.txt -e ".[dev,priors,torch,train]"
+	$(PIP) install -q -c constraints.txt -e ".[dev,priors,torch,train,trl]"
 	touch $@
 
 # verl 0.9.1's core_algos for the differential tests, without verl's full training stack.

@@ -147,6 +147,9 @@ class LoopConfig:
     """DAPO overlong reward shaping."""
     prompt_order: Literal["epochs", "random"] = "epochs"
     """``epochs``: a fresh permutation of the pool per epoch; ``random``: prompts drawn with replacement."""
+    reward_range: Literal["pm1", "01"] = "pm1"
+    """the scale estimators see: ``pm1`` maps task rewards r ∈ [0, 1] to 2r − 1 (the V0.5 paper's space; unscaled
+    advantages are twice the 0/1 ones), ``01`` keeps them. GRPO's std scaling makes it indifferent."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

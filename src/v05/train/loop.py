@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from v05.rewards import from_pm1, to_pm1
 from v05.train.config import TrainConfig, to_yaml
 from v05.train.rundir import CONFIG, MetricsLog, atomic_write_text, latest_checkpoint, load_checkpoint, save_checkpoint
 from v05.train.state import state_from_json, state_to_json
@@ -180,13 +181,13 @@ def train(
             # 1. the step's candidate prompts and their prior
             idx = queue.take(_pool_size(cfg))
             t0 = time.perf_counter()
-            v01, n0 = _predict(cfg, provider, keys[idx], [texts[i] for i in idx])
+            prior_v, n0 = _predict(cfg, provider, keys[idx], [texts[i] for i in idx])  # on the reward scale
             timing["prior"] += time.perf_counter() - t0
 
             # 2. rollouts: the allocator's rounds, each one generate + verify
-            sample = _Sampler(engine, task, pool, texts, idx, timing)
+            sample = _Sampler(engine, task, pool, texts, idx, timing, cfg.train.reward_range)
             t0 = time.perf_counter()
-            alloc = _allocate(cfg, step, idx, keys, v01, n0, alloc_state, sample)
+            alloc = _allocate(cfg, step, idx, keys, prior_v, n0, alloc_state, sample)
             alloc_state = alloc.state
             sampled = np.flatnonzero(alloc.counts > 0)
             queue.give_back(idx[np.flatnonzero(alloc.counts == 0)])
@@ -198,7 +199,7 @@ def train(
             shaped = _shape_rewards(cfg, rewards, kept_rollouts)
             est = None
             if len(rewards):
-                est, est_state = _estimate(cfg, step, shaped, group, kept_pool, idx, keys, v01, n0, est_state)
+                est, est_state = _estimate(cfg, step, shaped, group, kept_pool, idx, keys, prior_v, n0, est_state)
             timing["estimate"] += time.perf_counter() - t0 - timing["generate"] - timing["verify"]
 
             # 4. the policy update (ppo_epochs × micro-batches)
@@ -209,7 +210,7 @@ def train(
             # 5. the prior learns this step's outcomes (every sampled prompt, kept or not)
             t0 = time.perf_counter()
             if provider is not None and sampled.size:
-                _learn(provider, alloc, idx, keys, texts, step)
+                _learn(cfg, provider, alloc, idx, keys, texts, step)
             timing["prior"] += time.perf_counter() - t0
 
             # 6. bookkeeping, metrics, eval, checkpoint
@@ -253,6 +254,7 @@ class _Sampler:
     texts: list[str]
     idx: np.ndarray  # (P,) train-pool index of each candidate prompt
     timing: dict[str, float]
+    reward_range: str  # the scale the rewards are returned on (task rewards are in [0, 1])
     draws: list[Any] = field(default_factory=list)
     scores: list[Any] = field(default_factory=list)
 
@@ -265,7 +267,7 @@ class _Sampler:
         self.timing["verify"] += time.perf_counter() - t
         self.draws.append(ro)
         self.scores.append(sc)
-        return sc.rewards
+        return to_pm1(sc.rewards, "01") if self.reward_range == "pm1" else sc.rewards
 
 
 # -- setup helpers -------------------------------------------------------------------------------------------------
@@ -371,11 +373,12 @@ def _eval_due(cfg: TrainConfig, c: _Counters) -> bool:
 def _predict(
     cfg: TrainConfig, provider: Any, keys: np.ndarray, texts: list[str]
 ) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """The prior on the 0/1 reward scale and its pseudo-count per candidate prompt (None without a provider)."""
+    """The prior on the run's reward scale and its pseudo-count per candidate prompt (None without a provider)."""
     if provider is None:
         return None, None
     pred = provider.predict([str(k) for k in keys], texts)
-    return np.clip((np.asarray(pred.mean) + 1.0) / 2.0, 0.0, 1.0), np.asarray(pred.n0, np.float64)
+    v = np.clip(np.asarray(pred.mean, np.float64), -1.0, 1.0)  # providers predict in ±1 space
+    return from_pm1(v, cfg.train.reward_range), np.asarray(pred.n0, np.float64)
 
 
 def _allocate(
@@ -383,7 +386,7 @@ def _allocate(
     step: int,
     idx: np.ndarray,
     keys: np.ndarray,
-    v01: np.ndarray | None,
+    prior_v: np.ndarray | None,
     n0: np.ndarray | None,
     state: Any,
     sample: Callable[[np.ndarray, np.ndarray], np.ndarray],
@@ -398,15 +401,16 @@ def _allocate(
         sample,
         n_prompts=len(idx),
         rng=np.random.default_rng([cfg.seed, 23, step]),
-        prior=v01,
+        prior=prior_v,
         n0=n0 if feed else None,
         keys=keys[idx],
-        reward_range="01",
+        reward_range=cfg.train.reward_range,
         state=state,
     )
 
 
 def _shape_rewards(cfg: TrainConfig, rewards: np.ndarray, rollouts: Any) -> np.ndarray:
+    """DAPO's soft overlong punishment added to the rewards, clipped to the reward range (when enabled)."""
     if not cfg.train.overlong.enabled or not len(rewards):
         return rewards
     from v05.train.loss import overlong_shaping  # noqa: PLC0415
@@ -415,7 +419,7 @@ def _shape_rewards(cfg: TrainConfig, rewards: np.ndarray, rollouts: Any) -> np.n
     shaped = rewards + overlong_shaping(
         rollouts.lengths, max_len=cfg.generation.max_new_tokens, buffer=o.buffer, penalty=o.penalty
     )
-    return np.clip(shaped, 0.0, 1.0)
+    return np.clip(shaped, -1.0 if cfg.train.reward_range == "pm1" else 0.0, 1.0)
 
 
 def _estimate(
@@ -426,7 +430,7 @@ def _estimate(
     kept_pool: np.ndarray,
     idx: np.ndarray,
     keys: np.ndarray,
-    v01: np.ndarray | None,
+    prior_v: np.ndarray | None,
     n0: np.ndarray | None,
     state: Any,
 ) -> tuple[Any, Any]:
@@ -441,21 +445,23 @@ def _estimate(
     if "step" in spec.options:
         kw["step"] = step
     prior = None
-    if spec.uses_prior and v01 is not None:
-        prior = v01[kept_pool]
+    if spec.uses_prior and prior_v is not None:
+        prior = prior_v[kept_pool]
         if "n0" in spec.options and cfg.prior.feed_n0 and n0 is not None and "n0" not in kw:
             kw["n0"] = n0[kept_pool]
-    est = estimate(cfg.estimator.name, rewards, group, prior=prior, reward_range="01", **kw)
+    est = estimate(cfg.estimator.name, rewards, group, prior=prior, reward_range=cfg.train.reward_range, **kw)
     return est, est.state if spec.stateful else state
 
 
-def _learn(provider: Any, alloc: Any, idx: np.ndarray, keys: np.ndarray, texts: list[str], step: int) -> None:
+def _learn(
+    cfg: TrainConfig, provider: Any, alloc: Any, idx: np.ndarray, keys: np.ndarray, texts: list[str], step: int
+) -> None:
     """Feed every sampled prompt's ±1 mean score and rollout count to the provider."""
     from v05.priors import group_outcomes  # noqa: PLC0415
 
     mask = alloc.counts[alloc.prompt] > 0
     group, pool_index = _group_index(alloc.prompt[mask])
-    scores, counts = group_outcomes(alloc.rewards[mask], group, reward_range="01")
+    scores, counts = group_outcomes(alloc.rewards[mask], group, reward_range=cfg.train.reward_range)
     sel = idx[pool_index]
     provider.update([str(k) for k in keys[sel]], [texts[i] for i in sel], scores, counts, step=step)
 
@@ -554,7 +560,8 @@ def _step_metrics(
     from v05.groups import segment_count  # noqa: PLC0415
 
     n_drawn = int(alloc.n_rollouts)
-    train_pass = float(alloc.rewards.mean()) if n_drawn else float("nan")
+    passed = np.concatenate([sc.rewards for sc in scores]) if scores else np.zeros(0)  # task rewards in [0, 1]
+    train_pass = float(passed.mean()) if n_drawn else float("nan")
     c.train_last = train_pass
     k = alloc.counts[alloc.counts > 0]
     row: dict[str, Any] = {

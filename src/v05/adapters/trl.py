@@ -1,0 +1,571 @@
+r"""TRL adapter: v05's advantage estimators and prior providers inside ``trl.GRPOTrainer`` (TRL 1.16 ≤ version < 2).
+
+The only module of v05 that imports ``trl``. TRL terms are translated here: ``num_generations`` → K, a completion →
+a rollout, the contiguous block of K completions of one prompt → a group (``group = arange(N) // K``).
+
+Override point. TRL 1.16 computes advantages inline, in the middle of the ~600-line private
+``GRPOTrainer._generate_and_score_completions`` (after the rewards are gathered, before the process slice); there is
+no narrower method to replace. ``V05GRPOTrainer`` therefore wraps two private methods and keeps all of TRL's code:
+``_calculate_rewards`` (unchanged result; it records the gathered rewards and this process's prompt keys and texts)
+and ``_generate_and_score_completions`` (calls TRL, then replaces ``output["advantages"]`` with the v05 estimate on the
+recorded rewards, sliced as TRL slices). TRL's own advantages are computed and discarded; they stay visible in
+``V05GRPOTrainer.v05_last_batch.engine_advantages`` (a differential check in the tests).
+
+Multi-process layout (what we assume, as TRL does): ``_calculate_rewards`` returns the rewards of *all* processes,
+gathered in process order, and the prompts of a group are contiguous in that order (TRL's ``RepeatSampler``; a group
+may straddle two processes). Every process gathers the prompt keys (accelerate's ``gather_object``), runs the prior
+and the estimator on the whole batch — identically, so provider and estimator states stay in sync without
+communication — and keeps ``advantages[p·n : (p + 1)·n]`` (p = process index, n = local rollouts), TRL's
+``process_slice``. The layout is checked: a block of K rollouts whose prompt keys differ raises.
+
+Deviations from TRL and limits:
+
+- Rewards are TRL's weighted sum Σ_f w_f·r_f per rollout, on v05's 0/1 scale (``reward_range="01"``); a sum outside
+  [0, 1] or a rollout every reward function scored ``None`` (TRL zeroes its advantage) raises ``ValueError``.
+- ``scale_rewards`` describes the v05 estimator's scaling ("group" ↔ ``scale="group_std"``, "none" otherwise); the
+  prior-fusion estimators force "none" (see :class:`V05GRPOConfig`). ``multi_objective_aggregation`` must be
+  ``"sum_then_normalize"``. With ``v05_estimator="grpo"`` the advantages differ from TRL's by the ε in
+  (r − r̄)/(std + ε): v05 (as verl) uses 1e-6, TRL 1e-4 (``v05_estimator_options={"eps": 1e-4}`` matches TRL).
+- Fixed K only: TRL samples ``num_generations`` rollouts for every prompt, so OSLA's per-prompt extra rollouts
+  (and any allocator but ``fixed``) are refused; use v05's trainer or the verl plugin for ragged budgets.
+- Prior and estimator states live on the trainer and are not written into TRL checkpoints (a resumed run restarts
+  them). Evaluation batches use the prior but do not update it or the estimator state.
+
+TRL workarounds (TRL 1.16 + transformers 5): TRL defaults ``gradient_checkpointing=True``, a deprecated alias that
+warns and recomputes activations — pass ``activation_checkpointing=False`` on small models. A tokenizer without a
+chat template (the char-level tiny model) takes plain-string prompts (a ``"prompt"`` column of str). TRL seeds the
+global RNGs in its constructor (``set_seed(args.seed)``); :func:`trl_grpo_rollouts_per_s` restores the caller's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import inspect
+import json
+import random
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+import trl
+from packaging.version import InvalidVersion, Version
+from transformers import TrainerCallback
+from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+from v05._types import FloatArray, IntArray
+from v05.estimators import Estimate
+from v05.priors import PROVIDERS, group_outcomes, make_provider
+from v05.registry import ALLOCATORS, ESTIMATORS, EstimatorSpec, estimate, get_estimator
+from v05.tasks.base import prompt_key
+
+SUPPORTED_TRL = ">=1.16,<2"
+"""TRL versions this adapter supports (it wraps private ``GRPOTrainer`` methods; tested on 1.16.0)."""
+
+FIXED_K_MESSAGE = (
+    "TRL's GRPOTrainer samples a fixed num_generations per prompt in contiguous blocks; per-prompt extra rollouts "
+    "(OSLA) need v05's trainer or the verl plugin"
+)
+_ADAPTER_OPTIONS = ("state", "prompt_ids", "step", "prior", "mu")  # filled by the adapter, never by the user
+_TRL_SCALE = {"group_std": "group", "none": "none"}  # v05 scale → TRL's scale_rewards name (others: "none")
+
+
+def check_trl_version(version: str | None = None) -> None:
+    """Raise ``ValueError`` unless ``version`` (default: the installed ``trl.__version__``) is in ``SUPPORTED_TRL``."""
+    found = str(trl.__version__ if version is None else version)
+    try:
+        release = Version(found).release
+    except InvalidVersion:
+        release = ()
+    if not (1, 16) <= tuple(release[:2]) < (2, 0):
+        raise ValueError(
+            f"v05.adapters.trl supports trl{SUPPORTED_TRL} (tested on 1.16.0), found trl {found!r}; "
+            "install a supported version: pip install 'trl>=1.16,<2'"
+        )
+
+
+def _refuses_group_std(spec: EstimatorSpec) -> bool:
+    """Estimators whose baseline is not the group mean (a prior or a history): all-equal groups keep signal."""
+    return spec.uses_prior or spec.keyed
+
+
+@dataclass
+class V05GRPOConfig(trl.GRPOConfig):
+    """``trl.GRPOConfig`` plus the v05 estimator and prior that replace TRL's advantages.
+
+    Parameters (besides every ``trl.GRPOConfig`` field):
+        v05_estimator: a name in ``v05.registry.ESTIMATORS`` (``oracle`` is refused: it needs the true pass rates).
+        v05_estimator_options: keyword options of the estimator (e.g. ``{"noise": "plugin"}``; ``state``,
+            ``prompt_ids``, ``step`` and ``prior`` are filled by the adapter).
+        v05_prior: a name in ``v05.priors.PROVIDERS``; required by prior-fusion estimators (``v05``, ``v05_eb``),
+            ignored by the others.
+        v05_prior_options: keyword options of the provider.
+        v05_feed_n0: give the provider's pseudo-count n0 to estimators with an ``n0`` option (``v05_eb``) unless
+            ``v05_estimator_options`` fixes ``n0``.
+        v05_allocator: only ``"fixed"``: TRL samples K = ``num_generations`` rollouts for every prompt.
+        scale_rewards: TRL's name for the estimator's scaling, ``"group"`` for ``scale="group_std"`` and ``"none"``
+            otherwise. Unset (``None``) takes that value; a value that contradicts the estimator raises. Prior-fusion
+            and history estimators (``v05``, ``v05_eb``, ``dbb``) are never group-std scaled, so they get ``"none"``.
+
+    Raises:
+        ValueError: an unsupported TRL, an allocator other than ``fixed``, unknown estimator/prior/option names (the
+            valid ones are listed), a prior-fusion estimator without a prior, ``scale_rewards`` that contradicts
+            the estimator, or ``multi_objective_aggregation="normalize_then_sum"``.
+
+    >>> V05GRPOConfig(output_dir="/tmp/v05-doc", use_cpu=True, report_to=[]).scale_rewards
+    'none'
+    """
+
+    v05_estimator: str = field(default="v05", metadata={"help": "v05 estimator name (v05.registry.ESTIMATORS)."})
+    v05_estimator_options: dict[str, Any] = field(
+        default_factory=dict, metadata={"help": "Keyword options of the v05 estimator."}
+    )
+    v05_prior: str | None = field(
+        default="running_mean", metadata={"help": "Prior provider name (v05.priors.PROVIDERS), or None."}
+    )
+    v05_prior_options: dict[str, Any] = field(
+        default_factory=dict, metadata={"help": "Keyword options of the prior provider."}
+    )
+    v05_feed_n0: bool = field(default=True, metadata={"help": "Give the provider's n0 to estimators with an n0."})
+    v05_allocator: str = field(default="fixed", metadata={"help": "Only 'fixed' (TRL's K per prompt)."})
+    scale_rewards: str | None = field(  # type: ignore[assignment]
+        default=None,
+        metadata={"help": "TRL's name for the v05 estimator's scaling ('group' or 'none'); unset follows it."},
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_trl_version()
+        if self.v05_allocator != "fixed":
+            known = "" if self.v05_allocator in ALLOCATORS else f" (and {self.v05_allocator!r} is not a v05 allocator)"
+            raise ValueError(f"v05_allocator={self.v05_allocator!r} is not available{known}: {FIXED_K_MESSAGE}")
+        if self.v05_estimator not in ESTIMATORS:
+            raise ValueError(f"unknown v05_estimator {self.v05_estimator!r}; valid: {', '.join(ESTIMATORS)}")
+        spec = get_estimator(self.v05_estimator)
+        if spec.needs_truth:
+            raise ValueError(f"v05_estimator={self.v05_estimator!r} needs the true pass rates (simulation only)")
+        self._check_options(spec)
+        if self.v05_prior is not None and self.v05_prior not in PROVIDERS:
+            raise ValueError(f"unknown v05_prior {self.v05_prior!r}; valid: {', '.join(PROVIDERS)}, or None")
+        if spec.uses_prior and self.v05_prior is None:
+            raise ValueError(
+                f"v05_estimator={self.v05_estimator!r} fuses a prior: set v05_prior to one of {', '.join(PROVIDERS)}"
+            )
+        if self.multi_objective_aggregation != "sum_then_normalize":
+            raise ValueError(
+                f"multi_objective_aggregation={self.multi_objective_aggregation!r} normalises each reward "
+                "function before v05 sees the rewards; V05GRPOTrainer needs 'sum_then_normalize' (the weighted sum is "
+                "the reward)"
+            )
+        self._resolve_scale(spec)
+
+    def _check_options(self, spec: EstimatorSpec) -> None:
+        options = dict(self.v05_estimator_options or {})
+        reserved = sorted(set(options) & set(_ADAPTER_OPTIONS))
+        if reserved:
+            raise ValueError(
+                f"v05_estimator_options may not set {', '.join(reserved)}: the adapter fills it; remove it"
+            )
+        valid = [o for o in spec.options if o not in _ADAPTER_OPTIONS]
+        unknown = sorted(set(options) - set(valid))
+        if unknown:
+            raise ValueError(
+                f"estimator {self.v05_estimator!r} has no option(s) {', '.join(unknown)}; "
+                f"valid: {', '.join(valid) or 'none'}"
+            )
+        self.v05_estimator_options = options
+
+    def _resolve_scale(self, spec: EstimatorSpec) -> None:
+        """Set or check ``scale_rewards`` against the estimator's scaling (rule in the class docstring)."""
+        param = inspect.signature(spec.fn).parameters.get("scale")
+        scale = self.v05_estimator_options.get("scale", "none" if param is None else param.default)
+        expected = _TRL_SCALE.get(str(scale), "none")
+        if self.scale_rewards is None:
+            self.scale_rewards = expected
+            return
+        if self.scale_rewards == expected:
+            return
+        if _refuses_group_std(spec) and self.scale_rewards == "group":
+            raise ValueError(
+                f"scale_rewards={self.scale_rewards!r} with v05_estimator={self.v05_estimator!r}: its baseline comes "
+                "from a prior or a history, which gives all-equal groups a non-zero advantage although their std is "
+                "0; set scale_rewards='none' (or leave it unset), and v05_estimator_options={'scale': 'model_std'} "
+                "for a Bernoulli-std scaling"
+            )
+        raise ValueError(
+            f"scale_rewards={self.scale_rewards!r} contradicts v05_estimator={self.v05_estimator!r} with "
+            f"scale={scale!r} (TRL's name for it: {expected!r}); leave scale_rewards unset, or choose the scaling "
+            "through v05_estimator_options={'scale': ...} ('group_std' ↔ 'group', 'none' ↔ 'none')"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class V05Batch:
+    """What the adapter computed for the latest generation batch (all processes' rollouts, in TRL's order).
+
+    Attributes:
+        mode: ``"train"`` or ``"eval"``.
+        prompt_ids: (G,) stable prompt keys (``prompt_id`` column, else ``"sha1:" + sha1(prompt text)[:12]``).
+        rewards: (N,) TRL's weighted reward sums, 0/1 scale.
+        group: (N,) group ids, ``arange(N) // K``.
+        prior: (G,) the provider's prediction on the 0/1 scale, or None.
+        estimate: the v05 estimate (its ``advantages`` (N,) are what TRL's loss uses, sliced per process).
+        engine_advantages: (N,) TRL's own advantages for the same batch (discarded), or None if TRL's completion
+            log could not hold them.
+        process_slice: the rollouts of this process.
+    """
+
+    mode: str
+    prompt_ids: tuple[str, ...]
+    rewards: FloatArray
+    group: IntArray
+    prior: FloatArray | None
+    estimate: Estimate
+    engine_advantages: FloatArray | None
+    process_slice: slice
+
+
+@dataclass(frozen=True, slots=True)
+class _Recorded:
+    rewards_per_func: torch.Tensor  # (N, F) gathered over processes
+    keys: list[str]  # (N,) gathered
+    texts: list[str]  # (N,) gathered
+    n_local: int
+
+
+class V05GRPOTrainer(trl.GRPOTrainer):
+    """``trl.GRPOTrainer`` whose advantages come from a v05 estimator (and prior provider); the rest is TRL's.
+
+    Per generation batch: V = provider.predict(keys, texts) → A = estimate(estimator, rewards, group, prior=V) →
+    provider.update(keys, texts, group means, counts) (training batches only). ``v05/*`` metrics go to TRL's own
+    metric log (``v05/zero_adv_frac``, ``v05/adv_abs_mean``, and when defined ``v05/mean_weight``,
+    ``v05/reject_rate``, ``v05/n0``, ``v05/prior_mean``, ``v05/prior_tau2``, ``v05/prior_auc``, ``v05/prior_n0``,
+    ``v05/prior_n``). The override point and the multi-process layout: module docstring.
+
+    Attributes:
+        v05_provider: the prior provider, or None for estimators without a prior.
+        v05_state: the estimator state carried across steps (``v05_eb``, ``dbb``), else None.
+        v05_last_batch: a :class:`V05Batch` for the latest generation batch (None before the first).
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        reward_funcs: Any = None,
+        args: V05GRPOConfig | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Build the trainer.
+
+        Args:
+            model: as ``trl.GRPOTrainer``.
+            reward_funcs: as ``trl.GRPOTrainer``; their weighted sum must lie in [0, 1].
+            args: a :class:`V05GRPOConfig` (required).
+            **kwargs: passed to ``trl.GRPOTrainer`` (``train_dataset``, ``processing_class``, ``callbacks``, ...).
+
+        Raises:
+            ValueError: an unsupported TRL, ``args`` not a ``V05GRPOConfig``, or bad prior options.
+        """
+        check_trl_version()
+        if not isinstance(args, V05GRPOConfig):
+            raise ValueError(f"V05GRPOTrainer needs args=V05GRPOConfig(...), got {type(args).__name__}")
+        self.v05_spec = get_estimator(args.v05_estimator)
+        self.v05_provider = None
+        if self.v05_spec.uses_prior and args.v05_prior is not None:
+            self.v05_provider = make_provider(args.v05_prior, **args.v05_prior_options)
+        self.v05_state: object | None = None
+        self.v05_last_batch: V05Batch | None = None
+        self._v05_recorded: _Recorded | None = None
+        super().__init__(model, reward_funcs, args, **kwargs)
+
+    def _calculate_rewards(self, inputs: Any, prompts: Any, completions: Any, completion_ids_list: Any) -> Any:
+        """TRL's gathered rewards (unchanged); also records the gathered prompt keys and texts for v05."""
+        from accelerate.utils import gather_object  # noqa: PLC0415
+
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        texts = [_prompt_text(p) for p in prompts]
+        keys = [_row_key(row, text) for row, text in zip(inputs, texts, strict=True)]
+        self._v05_recorded = _Recorded(rewards_per_func, gather_object(keys), gather_object(texts), len(prompts))
+        return rewards_per_func
+
+    def _generate_and_score_completions(self, inputs: Any) -> Any:
+        """TRL's generation and scoring, with ``output["advantages"]`` replaced by the v05 estimate (this slice)."""
+        self._v05_recorded = None
+        output = super()._generate_and_score_completions(inputs)
+        recorded = self._v05_recorded
+        if recorded is None:
+            raise RuntimeError(
+                "TRL did not call _calculate_rewards inside _generate_and_score_completions; this TRL version "
+                f"is not supported by v05.adapters.trl ({SUPPORTED_TRL})"
+            )
+        mode = "train" if self.model.training else "eval"
+        k = self.num_generations if mode == "train" else self.num_generations_eval
+        p = self.accelerator.process_index
+        process_slice = slice(p * recorded.n_local, (p + 1) * recorded.n_local)  # TRL's process_slice
+        batch = self._v05_estimate(recorded, int(k), mode, process_slice)
+        local = output["advantages"]  # (n_local,) TRL's, replaced
+        output["advantages"] = torch.as_tensor(
+            batch.estimate.advantages[process_slice], dtype=local.dtype, device=local.device
+        )
+        self.v05_last_batch = batch
+        return output
+
+    def _v05_estimate(self, recorded: _Recorded, k: int, mode: str, process_slice: slice) -> V05Batch:
+        """Prior → estimator → prior update on the gathered batch; logs ``v05/*`` metrics and TRL's completion log."""
+        rewards = _weighted_rewards(recorded.rewards_per_func, self.reward_weights)  # (N,)
+        n = len(rewards)
+        if k < 1 or n % k:
+            raise ValueError(f"{n} rollouts do not split into groups of num_generations={k}")
+        group = np.arange(n) // k  # (N,) TRL's contiguous layout
+        keys_g, texts_g = _group_keys(recorded.keys, recorded.texts, k)  # (G,), (G,)
+        spec, args = self.v05_spec, self.args
+        options: dict[str, Any] = dict(args.v05_estimator_options)
+        prior = None
+        if self.v05_provider is not None:
+            pred = self.v05_provider.predict(list(keys_g), list(texts_g))
+            prior = np.clip((np.asarray(pred.mean, np.float64) + 1.0) / 2.0, 0.0, 1.0)  # (G,) ±1 → 0/1
+            if "n0" in spec.options and args.v05_feed_n0 and "n0" not in options:
+                options["n0"] = np.asarray(pred.n0, np.float64)
+        if spec.stateful:
+            options["state"] = self.v05_state
+        if spec.keyed:
+            options["prompt_ids"] = np.asarray(keys_g)
+        if "step" in spec.options:
+            options["step"] = int(self.state.global_step)
+        est = estimate(args.v05_estimator, rewards, group, prior=prior, reward_range="01", **options)
+        if mode == "train":
+            if spec.stateful:
+                self.v05_state = est.state
+            if self.v05_provider is not None:
+                scores, counts = group_outcomes(rewards, group, reward_range="01")
+                self.v05_provider.update(list(keys_g), list(texts_g), scores, counts, step=int(self.state.global_step))
+        self._v05_log(mode, est, group, prior)
+        engine = self._v05_swap_logged_advantages(est.advantages)
+        return V05Batch(mode, tuple(keys_g), rewards, group, prior, est, engine, process_slice)
+
+    def _v05_log(self, mode: str, est: Estimate, group: IntArray, prior: FloatArray | None) -> None:
+        metrics = self._metrics[mode]
+        moved_g = np.bincount(group, weights=(np.abs(est.advantages) > 1e-12).astype(np.float64))  # (G,)
+        metrics["v05/zero_adv_frac"].append(float(np.mean(moved_g == 0)))
+        metrics["v05/adv_abs_mean"].append(float(np.mean(np.abs(est.advantages))))
+        for name, values in (("mean_weight", est.weight), ("reject_rate", est.reject), ("n0", est.n0)):
+            if values is not None:
+                metrics[f"v05/{name}"].append(float(np.mean(values)))
+        if self.v05_provider is not None and prior is not None:
+            cal = self.v05_provider.calibration()
+            metrics["v05/prior_mean"].append(float(np.mean(prior)))
+            for name in ("tau2", "auc", "n0", "n"):
+                metrics[f"v05/prior_{name}"].append(float(getattr(cal, name)))
+
+    def _v05_swap_logged_advantages(self, advantages: FloatArray) -> FloatArray | None:
+        """Put v05's advantages in TRL's completion log; return TRL's (the log's tail) if it held them all."""
+        logged = self._logs["advantages"]  # deque(maxlen=generation_batch_size), TRL just extended it by N
+        n = len(advantages)
+        engine = np.asarray(list(logged)[-n:], np.float64) if len(logged) >= n else None
+        for _ in range(min(n, len(logged))):
+            logged.pop()
+        logged.extend(advantages.tolist())
+        return engine
+
+
+def _weighted_rewards(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> FloatArray:
+    """(N,) Σ_f w_f·r_f as TRL sums them (a ``None`` reward counts 0), checked to lie in [0, 1]."""
+    r = rewards_per_func.detach().to("cpu", torch.float64)  # (N, F)
+    unscorable = torch.isnan(r).all(dim=1)
+    if bool(unscorable.any()):
+        i = int(torch.nonzero(unscorable)[0, 0])
+        raise ValueError(
+            f"every reward function returned None for rollout {i}; TRL would zero its advantage, but v05's "
+            "estimators need a reward for every rollout of a group: return 0.0 instead of None"
+        )
+    rewards = (r * weights.to(torch.float64).unsqueeze(0)).nansum(dim=1).numpy()  # (N,)
+    bad = np.flatnonzero(~((rewards >= 0.0) & (rewards <= 1.0)))
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(
+            f"reward {float(rewards[i])!r} of rollout {i} lies outside [0, 1]: V05GRPOTrainer gives v05 TRL's "
+            "weighted reward sum on the 0/1 scale (binary for V0.5's test and v05_eb's guard); make the reward "
+            "functions return values in [0, 1] and choose reward_weights so that their weighted sum stays in [0, 1]"
+        )
+    return rewards
+
+
+def _group_keys(keys: Sequence[str], texts: Sequence[str], k: int) -> tuple[np.ndarray, list[str]]:
+    """(G,) keys and texts of the contiguous K-blocks; ValueError if a block mixes prompts (layout assumption)."""
+    block = np.asarray(keys, dtype=object).reshape(-1, k)  # (G, K)
+    mixed = np.flatnonzero((block != block[:, :1]).any(axis=1))
+    if mixed.size:
+        g = int(mixed[0])
+        raise ValueError(
+            f"rollouts {g * k}..{g * k + k - 1} are not one prompt's group (keys {sorted(set(block[g]))}): "
+            "v05.adapters.trl assumes TRL's layout of num_generations contiguous rollouts per prompt"
+        )
+    return block[:, 0].astype(str), [str(t) for t in texts[::k]]
+
+
+def _prompt_text(prompt: object) -> str:
+    """The text of a TRL prompt: a plain string, or the text parts of a conversation's messages joined by newlines."""
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list):
+        parts = []
+        for message in prompt:
+            content = message.get("content", "") if isinstance(message, dict) else message
+            if isinstance(content, list):  # content blocks: keep the text ones
+                content = " ".join(str(b.get("text", "")) for b in content if isinstance(b, dict))
+            parts.append(str(content))
+        return "\n".join(parts)
+    return json.dumps(prompt, sort_keys=True, default=str)
+
+
+def _row_key(row: dict[str, Any], text: str) -> str:
+    """A stable prompt key: the dataset's ``prompt_id`` column when present, else a sha1 of the prompt text."""
+    if "prompt_id" in row and row["prompt_id"] is not None:
+        return str(row["prompt_id"])
+    return prompt_key("sha1", text)
+
+
+class _StepTimer(TrainerCallback):
+    """Wall time of optimizer steps ``skip + 1 .. N`` (``on_step_begin`` → ``on_step_end``), generation included."""
+
+    def __init__(self, skip: int) -> None:
+        self.skip = skip
+        self.seconds = 0.0
+        self.steps = 0
+        self._start: float | None = None
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._start = time.perf_counter() if state.global_step >= self.skip else None
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self._start is not None:
+            self.seconds += time.perf_counter() - self._start
+            self.steps += 1
+            self._start = None
+
+
+@contextlib.contextmanager
+def _restore_global_rngs() -> Iterator[None]:
+    """TRL seeds Python's, numpy's and torch's global RNGs; put the caller's states back afterwards."""
+    py, np_state = random.getstate(), np.random.get_state()
+    with torch.random.fork_rng(devices=[]):
+        try:
+            yield
+        finally:
+            random.setstate(py)
+            np.random.set_state(np_state)
+
+
+def trl_grpo_rollouts_per_s(
+    model: Any,
+    tokenizer: Any,
+    prompts: list[str],
+    reward_fn: Callable[..., list[float]],
+    *,
+    num_generations: int,
+    batch_prompts: int,
+    max_new_tokens: int,
+    steps: int,
+    seed: int = 0,
+    output_dir: str,
+) -> dict[str, float]:
+    """Throughput of plain ``trl.GRPOTrainer`` (no v05) on CPU: rollouts per second over training steps.
+
+    Each optimizer step generates K = ``num_generations`` rollouts for each of ``batch_prompts`` prompts with TRL's
+    HF ``generate`` path (no vLLM; ``temperature=1``, ``max_completion_length=max_new_tokens``), scores them and takes
+    one AdamW step (lr 1e-4 constant, ``beta=0``: no reference model, ``num_iterations=1``, one generation per step,
+    no activation checkpointing, no eval, no saving, no logging or printing, ``report_to=[]``). The clock runs from
+    ``on_step_begin`` to ``on_step_end`` of steps 2..N (a ``TrainerCallback``), so setup and the first step's
+    warm-up are excluded; with ``steps=1`` step 1 is timed. The model is deep-copied (the caller's weights are not
+    trained) and the caller's global RNG states are restored after TRL's ``set_seed``.
+
+    Args:
+        model: a causal LM (``PreTrainedModel``) on CPU.
+        tokenizer: its tokenizer (``processing_class``); prompts are plain strings, no chat template is applied.
+        prompts: rendered prompt texts (at least ``batch_prompts``).
+        reward_fn: a TRL reward function ``reward_fn(prompts, completions, **kwargs) -> list[float]`` (a named
+            function: TRL logs it under ``__name__``).
+        num_generations: K, rollouts per prompt (≥ 2, TRL's minimum).
+        batch_prompts: prompts per step; the per-device batch is ``batch_prompts × num_generations`` rollouts.
+        max_new_tokens: ``max_completion_length``.
+        steps: optimizer steps (≥ 1).
+        seed: TRL's ``seed`` (sampling and data order).
+        output_dir: TRL's ``output_dir`` (nothing is saved there).
+
+    Returns:
+        ``{"rollouts", "seconds", "rollouts_per_s", "steps"}`` over the timed steps, plus ``"warmup_steps"``.
+
+    Raises:
+        ValueError: an unsupported TRL, or a non-positive / inconsistent size.
+    """
+    check_trl_version()
+    for name, value, low in (
+        ("num_generations", num_generations, 2),
+        ("batch_prompts", batch_prompts, 1),
+        ("max_new_tokens", max_new_tokens, 1),
+        ("steps", steps, 1),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    if len(prompts) < batch_prompts:
+        raise ValueError(f"need at least batch_prompts={batch_prompts} prompts, got {len(prompts)}")
+    from datasets import Dataset  # noqa: PLC0415
+
+    args = trl.GRPOConfig(
+        output_dir=output_dir,
+        use_cpu=True,
+        bf16=False,
+        report_to=[],
+        save_strategy="no",
+        eval_strategy="no",
+        logging_strategy="no",
+        disable_tqdm=True,
+        activation_checkpointing=False,
+        per_device_train_batch_size=batch_prompts * num_generations,
+        num_generations=num_generations,
+        max_completion_length=max_new_tokens,
+        max_steps=steps,
+        learning_rate=1e-4,
+        lr_scheduler_type="constant",
+        beta=0.0,
+        num_iterations=1,
+        temperature=1.0,
+        seed=seed,
+    )
+    skip = 1 if steps > 1 else 0
+    timer = _StepTimer(skip)
+    with _restore_global_rngs():
+        trainer = trl.GRPOTrainer(
+            model=copy.deepcopy(model),
+            reward_funcs=reward_fn,
+            args=args,
+            train_dataset=Dataset.from_dict({"prompt": list(prompts)}),
+            processing_class=tokenizer,
+            callbacks=[timer],
+        )
+        for printer in (PrinterCallback, ProgressCallback):  # the end-of-training summary would go to stdout
+            trainer.remove_callback(printer)
+        trainer.train()
+    rollouts = timer.steps * batch_prompts * num_generations
+    seconds = timer.seconds
+    return {
+        "rollouts": rollouts,
+        "seconds": seconds,
+        "rollouts_per_s": rollouts / seconds if seconds > 0 else float("nan"),
+        "steps": timer.steps,
+        "warmup_steps": skip,
+    }
+
+
+__all__ = [
+    "FIXED_K_MESSAGE",
+    "SUPPORTED_TRL",
+    "V05Batch",
+    "V05GRPOConfig",
+    "V05GRPOTrainer",
+    "check_trl_version",
+    "trl_grpo_rollouts_per_s",
+]
