@@ -1,4 +1,4 @@
-# The README's two commands: `make demo` (the main job) and `make test` (the test suite).
+# The README's two commands: `make demo` (the main job: training) and `make test` (the test suite).
 # Both create .venv on first use and install what they need; torch is pinned and installed first
 # (an unpinned torch would pull a multi-GB CUDA build).
 PYTHON ?= python3
@@ -9,7 +9,7 @@ export OPENBLAS_NUM_THREADS ?= 1
 export HF_HUB_OFFLINE ?= 1
 export TRANSFORMERS_OFFLINE ?= 1
 
-.PHONY: demo test test-all bench lint clean install
+.PHONY: demo simulate test test-all bench lint clean install
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -29,8 +29,12 @@ $(VENV)/.verl: $(VENV)/.installed
 
 install: $(VENV)/.installed
 
+# The main job: warm start (cached), GRPO k=16 / GRPO k=4 / V0.5 / v05_eb at one rollout budget, report in runs/demo.
 demo: $(VENV)/.installed
-	$(VENV)/bin/v05 simulate --out runs/demo
+	$(VENV)/bin/v05 demo --out runs/demo
+
+simulate: $(VENV)/.installed
+	$(VENV)/bin/v05 simulate --out runs/simulate
 
 test: $(VENV)/.installed $(VENV)/.verl
 	$(PY) -m pytest -q -m "not slow"

@@ -6,6 +6,7 @@
   plus the cold import time of ``v05``. The fair anchor for speed is the vectorised verl and the bare numpy form;
   the loop form is what verl's default ``grpo`` runs.
 - ``priors``: prompts/s of the default prior backend (embed + predict; ``v05.priors.evaluate.benchmark_throughput``).
+- ``train`` / ``efficiency``: the trainer against TRL, and sample efficiency at equal rollouts (:mod:`v05.train.bench`).
 """
 
 from __future__ import annotations
@@ -180,3 +181,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     pri.add_argument("--n-prompts", type=int, default=512, help="new prompts to embed and predict (default 512)")
     pri.add_argument("--json", help="write the results to this JSON file")
     pri.set_defaults(func=_run_priors)
+    from v05.train.bench import register_benches  # noqa: PLC0415 (numpy at import; torch only when they run)
+
+    register_benches(bsub)

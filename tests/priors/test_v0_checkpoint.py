@@ -11,6 +11,7 @@ from v05.priors.v0_checkpoint import (  # noqa: E402
     ADAPTER_KEYS,
     AdapterConfig,
     build_adapter,
+    last_token_pool,
     load_adapter,
     save_adapter,
 )
@@ -63,6 +64,27 @@ def test_padding_tokens_do_not_change_features():
     mask = torch.tensor([[0, 0, 0, 1, 1, 1, 1]])
     with torch.no_grad():
         torch.testing.assert_close(adapter(h, torch.ones(1, 4)), adapter(padded, mask), atol=1e-5, rtol=1e-5)
+
+
+def test_adapter_uses_the_released_names_and_reads_v05s_old_ones(tmp_path):
+    """Keys are V0's (proj_kv, mha); a file with v05's earlier names (kv_proj, attn) loads to the same module."""
+    adapter = build_adapter(CONFIG).eval()
+    assert {"proj_kv.weight", "mha.in_proj_weight"} <= set(adapter.state_dict())
+    old = {k.replace("proj_kv.", "kv_proj.").replace("mha.", "attn."): v for k, v in adapter.state_dict().items()}
+    assert "attn.out_proj.weight" in old
+    torch.save({"state_dict": {f"adapter.{k}": v for k, v in old.items()}}, tmp_path / "old.pt")
+    h, m = torch.randn(2, 3, 32), torch.ones(2, 3, dtype=torch.long)
+    with torch.no_grad():
+        torch.testing.assert_close(load_adapter(tmp_path / "old.pt")(h, m), adapter(h, m), rtol=0, atol=0)
+
+
+def test_global_query_is_the_last_real_token_under_either_padding():
+    """V0's last_token_pool: the last position when all rows end in a real token, else position Σmask − 1."""
+    h = torch.arange(2 * 4 * 1, dtype=torch.float32).view(2, 4, 1)
+    left = torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1]])
+    right = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 0]])
+    assert last_token_pool(h, left).flatten().tolist() == [3.0, 7.0]
+    assert last_token_pool(h, right).flatten().tolist() == [1.0, 6.0]
 
 
 def test_load_round_trip_safetensors_and_weights_only_pt(adapter_path, tmp_path):

@@ -345,18 +345,23 @@ def _pool_size(cfg: TrainConfig) -> int:
 
 
 def _progress(cfg: TrainConfig, c: _Counters) -> Any:
+    """A bar over the rollout budget (or the steps when there is none), showing step, train and last eval pass rate."""
     if not cfg.run.progress:
         return None
     from tqdm.auto import tqdm  # noqa: PLC0415
 
-    return tqdm(total=cfg.train.steps, initial=c.step, desc=cfg.name, dynamic_ncols=True, mininterval=1.0)
+    by_rollouts = cfg.train.max_rollouts is not None
+    total = cfg.train.max_rollouts if by_rollouts else cfg.train.steps
+    done = c.rollouts_total if by_rollouts else c.step
+    unit = "rollout" if by_rollouts else "step"
+    return tqdm(total=total, initial=done, desc=cfg.name, unit=unit, dynamic_ncols=True, mininterval=1.0)
 
 
 def _advance(bar: Any, c: _Counters) -> None:
     if bar is None:
         return
-    bar.update(1)
-    bar.set_postfix(rollouts=c.rollouts_total, train=f"{c.train_last:.3f}", eval=f"{c.last_eval:.3f}", refresh=False)
+    bar.update((c.rollouts_total - bar.n) if bar.unit == "rollout" else 1)
+    bar.set_postfix(step=c.step, train=f"{c.train_last:.3f}", eval=f"{c.last_eval:.3f}", refresh=False)
 
 
 def _done(cfg: TrainConfig, c: _Counters) -> bool:

@@ -1,0 +1,210 @@
+"""``v05 bench train`` and ``v05 bench efficiency``: trainer throughput against TRL, and sample efficiency.
+
+- ``train``: rollouts/s of ``v05 train`` and of TRL's ``GRPOTrainer`` on the same tiny policy (the cached SFT warm
+  start), task, prompts per step and k, one after the other in one process; and v05's overhead — prior, allocator and
+  estimator time (embeddings cached) as a fraction of step time — for GRPO and for the V0.5 configs.
+- ``efficiency``: GRPO k=4, GRPO k=16, V0.5 and ``v05_eb`` (plus every extra config asked for) trained at the same
+  rollout budget for several seeds; the rollouts each needs to reach the final eval pass rate of the *better* GRPO,
+  as a ratio to that GRPO's. Curves are seed means interpolated on a common grid (the report's ``mean_curve``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+EFFICIENCY_CONFIGS = ("demo-grpo4", "demo-grpo16", "demo-v05", "demo-v05-eb")
+"""The methods the efficiency ratio is defined on (``rollout_ratio`` has ``v05`` and ``v05_eb``)."""
+
+
+def _step_times(run_dir: Path) -> dict[str, float]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if r["step"] > 0]
+    total = float(sum(r["time/step"] for r in steps))
+    rollouts = float(sum(r["rollouts_step"] for r in steps))
+    overhead = float(sum(r["time/prior"] + r["time/estimate"] for r in steps))
+    return {"steps": len(steps), "rollouts": rollouts, "seconds": total, "rollouts_per_s": rollouts / total,
+            "overhead_frac": overhead / total}  # fmt: skip
+
+
+def bench_train(out: Path, *, steps: int = 20, configs: tuple[str, ...] = ("demo-grpo4", "demo-v05", "demo-v05-eb"),
+                trl_steps: int = 10, overrides: tuple[str, ...] = ()) -> dict[str, Any]:  # fmt: skip
+    """Time ``v05 train`` (each config, evals off) and TRL's GRPOTrainer at the first config's batch and k.
+
+    v05's rollouts/s is measured over the training steps (generate + verify + prior + allocate + estimate + update,
+    the ``time/step`` of metrics.jsonl), TRL's over its optimizer steps 2..N (generation included). Both use one torch
+    thread, the same warm-started tiny policy, 6 new tokens, the same prompts per step and k.
+    """
+    from v05.adapters.trl import trl_grpo_rollouts_per_s  # noqa: PLC0415
+    from v05.tasks import make_task  # noqa: PLC0415
+    from v05.train.config import load_config  # noqa: PLC0415
+    from v05.train.loop import train  # noqa: PLC0415
+    from v05.train.policy import load_policy, set_cpu_threads  # noqa: PLC0415
+    from v05.train.warmstart import ensure_warm_start, render_all  # noqa: PLC0415
+
+    out.mkdir(parents=True, exist_ok=True)
+    common = [*overrides, f"train.steps={steps}", "train.max_rollouts=null", "eval.every=0", "eval.at_start=false",
+              "eval.size=16", "run.progress=false", "run.tensorboard=false", "run.checkpoint_every=0"]  # fmt: skip
+    v05_rows: dict[str, dict[str, float]] = {}
+    first = load_config(configs[0], common)
+    for name in configs:
+        cfg = load_config(name, common)
+        run_dir = out / name
+        if run_dir.exists():
+            import shutil  # noqa: PLC0415
+
+            shutil.rmtree(run_dir)
+        train(cfg, run_dir)
+        v05_rows[name] = _step_times(run_dir)
+    set_cpu_threads(first.run.threads)
+    warm = ensure_warm_start(first, progress=False)
+    model, tokenizer = load_policy(dataclasses.replace(first.policy, name_or_path=str(warm)))
+    task = make_task(first.task.name, **first.task.options)
+    pool = list(task.train_prompts())
+    texts = render_all(first, task, pool, tokenizer)
+    by_text = {t: p for t, p in zip(texts, pool, strict=True)}
+
+    def reward(prompts: list[str], completions: list[str], **_: Any) -> list[float]:
+        return [float(r) for r in task.score([by_text[p] for p in prompts], completions).rewards]
+
+    k = int(first.allocator.options.get("k", 4))
+    trl = trl_grpo_rollouts_per_s(
+        model, tokenizer, texts, reward, num_generations=k, batch_prompts=first.train.batch_size,
+        max_new_tokens=first.generation.max_new_tokens, steps=trl_steps, seed=first.seed,
+        output_dir=str(out / "trl"),
+    )  # fmt: skip
+    ref = v05_rows[configs[0]]
+    return {
+        "v05_rollouts_per_s": ref["rollouts_per_s"],
+        "trl_rollouts_per_s": trl["rollouts_per_s"],
+        "speedup_vs_trl": ref["rollouts_per_s"] / trl["rollouts_per_s"],
+        "overhead_frac": ref["overhead_frac"],
+        "configs": v05_rows,
+        "trl": trl,
+        "batch_prompts": first.train.batch_size,
+        "k": k,
+        "max_new_tokens": first.generation.max_new_tokens,
+        "policy": "tiny-llama (SFT warm start)",
+        "note": "v05 overhead = (time/prior + time/estimate) / time/step; time/estimate includes the allocator",
+    }
+
+
+def bench_efficiency(out: Path, *, seeds: tuple[int, ...] = (0, 1, 2), extra: tuple[str, ...] = (),
+                     overrides: tuple[str, ...] = ()) -> dict[str, Any]:  # fmt: skip
+    """Train the efficiency configs × seeds at one budget (reusing finished runs) and compute the rollout ratios."""
+    from v05.report.runs import group_runs, load_runs, mean_curve  # noqa: PLC0415
+    from v05.train.demo import run_demo  # noqa: PLC0415
+
+    configs = (*EFFICIENCY_CONFIGS, *extra)
+    run_demo(out, configs=configs, seeds=seeds, overrides=overrides)
+    runs = load_runs([out / f"{c}-s{s}" for s in seeds for c in configs])
+    groups = group_runs(runs)
+    curves = {name: mean_curve(group, "rollouts_total") for name, group in groups.items()}
+    finals = {name: float(c.mean[-1]) for name, c in curves.items()}
+    reference = max(("grpo4", "grpo16"), key=lambda n: finals[n])
+    target = finals[reference]
+
+    def first_reach(name: str) -> float | None:
+        c = curves[name]
+        hit = np.flatnonzero(c.mean >= target)
+        if not hit.size:
+            return None
+        i = int(hit[0])
+        if i == 0:
+            return float(c.x[0])
+        x0, x1, y0, y1 = c.x[i - 1], c.x[i], c.mean[i - 1], c.mean[i]
+        return float(x0 + (target - y0) * (x1 - x0) / (y1 - y0))
+
+    ref_rollouts = first_reach(reference)
+    ratio = {}
+    for name in groups:
+        if name in ("grpo4", "grpo16"):
+            continue
+        r = first_reach(name)
+        ratio[name] = None if r is None or ref_rollouts is None else r / ref_rollouts
+    per_seed = {
+        name: {str(run.seed): [[float(x), float(y)] for x, y in zip(*run.series_vs("rollouts_total", "eval_pass_rate"),
+                                                                     strict=True)] for run in group}
+        for name, group in groups.items()
+    }  # fmt: skip
+    return {
+        "reference": reference,
+        "target_pass_rate": target,
+        "reference_rollouts_to_target": ref_rollouts,
+        "rollout_ratio": ratio,
+        "final_eval_pass_rate": finals,
+        "final_eval_se": {name: float(c.se[-1]) for name, c in curves.items()},
+        "seeds": list(seeds),
+        "budget_rollouts": int(max(float(c.x[-1]) for c in curves.values())),
+        "curves": {
+            name: {"rollouts": c.x.tolist(), "mean": c.mean.tolist(), "se": c.se.tolist()} for name, c in curves.items()
+        },  # fmt: skip
+        "per_seed_curves": per_seed,
+        "note": "rollouts to reach the better GRPO's final seed-mean eval pass rate on seed-mean curves; < 1 is fewer",
+    }
+
+
+def register_benches(bsub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add ``v05 bench train`` and ``v05 bench efficiency`` (torch imported only when they run)."""
+    tr = bsub.add_parser("train", help="v05 train rollouts/s vs TRL GRPOTrainer, and v05's overhead share")
+    tr.add_argument("--out", default="runs/bench-train", help="scratch folder for the runs")
+    tr.add_argument("--steps", type=int, default=20, help="v05 training steps per config (default 20)")
+    tr.add_argument("--trl-steps", type=int, default=10, help="TRL optimizer steps (the first is not timed)")
+    tr.add_argument("--configs", default="demo-grpo4,demo-v05,demo-v05-eb", help="configs to time (first = vs TRL)")
+    tr.add_argument("--json", help="write the results here")
+    tr.add_argument("overrides", nargs="*", metavar="key=value", help="overrides applied to every config")
+    tr.set_defaults(func=_run_train)
+    ef = bsub.add_parser("efficiency", help="rollouts V0.5 / v05_eb need to reach the better GRPO's final pass rate")
+    ef.add_argument("--out", default="runs/bench-efficiency", help="folder of the runs (finished runs are reused)")
+    ef.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default 0,1,2)")
+    ef.add_argument("--extra", default="", help="extra configs to run and report (comma-separated)")
+    ef.add_argument("--json", help="write the results here")
+    ef.add_argument("overrides", nargs="*", metavar="key=value", help="overrides applied to every config")
+    ef.set_defaults(func=_run_efficiency)
+
+
+def _run_train(args: argparse.Namespace) -> int:
+    from v05.train.cli import require_trainer  # noqa: PLC0415
+
+    require_trainer()
+    configs = tuple(c for c in args.configs.split(",") if c)
+    if not configs or args.steps < 2 or args.trl_steps < 2:
+        raise ValueError("need at least one config, --steps >= 2 and --trl-steps >= 2")
+    res = bench_train(
+        Path(args.out), steps=args.steps, configs=configs, trl_steps=args.trl_steps, overrides=tuple(args.overrides)
+    )
+    print(json.dumps({k: v for k, v in res.items() if k not in ("configs", "trl")}, indent=2))  # the CLI's output
+    for name, row in res["configs"].items():
+        print(f"{name}: {row['rollouts_per_s']:.0f} rollouts/s, overhead {100 * row['overhead_frac']:.1f}%")
+    if args.json:
+        Path(args.json).write_text(json.dumps(res, indent=2))
+    return 0
+
+
+def _run_efficiency(args: argparse.Namespace) -> int:
+    from v05.train.cli import require_trainer  # noqa: PLC0415
+
+    require_trainer()
+    try:
+        seeds = tuple(int(s) for s in args.seeds.split(","))
+    except ValueError:
+        raise ValueError(f"--seeds must be comma-separated integers, got {args.seeds!r}") from None
+    extra = tuple(c for c in args.extra.split(",") if c)
+    res = bench_efficiency(Path(args.out), seeds=seeds, extra=extra, overrides=tuple(args.overrides))
+    keys = ("reference", "target_pass_rate", "reference_rollouts_to_target", "rollout_ratio", "final_eval_pass_rate",
+            "final_eval_se", "seeds")  # fmt: skip
+    print(json.dumps({k: res[k] for k in keys}, indent=2))  # the CLI's output
+    if args.json:
+        Path(args.json).write_text(json.dumps(res, indent=2))
+    return 0
+
+
+__all__ = ["EFFICIENCY_CONFIGS", "bench_efficiency", "bench_train", "register_benches"]
