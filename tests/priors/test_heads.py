@@ -92,3 +92,11 @@ def test_cross_val_fit_equals_one_head_per_fold():
         np.testing.assert_allclose(oof, loop, atol=1e-6)
         ref_full = make_head(name).fit(x, target(np.ones(60, bool)))
         np.testing.assert_allclose(full.predict(x[:5]), ref_full.predict(x[:5]), atol=1e-6)
+
+
+def test_v0_tabpfn_head_by_name_names_the_missing_checkpoint():
+    """`make_head("v0_tabpfn")` builds V0's TabPFN head; without the weights, fitting it names the missing file."""
+    head = make_head("v0_tabpfn", checkpoint="/nonexistent/tabpfn.ckpt")
+    assert type(head).__name__ == "V0TabPFNHead" and head.n_estimators == 4
+    with pytest.raises((ValueError, ImportError), match="tabpfn"):
+        head.fit(np.zeros((4, 3)), np.array([1.0, -1.0, 1.0, -1.0]))

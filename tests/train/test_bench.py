@@ -29,7 +29,7 @@ def test_bench_train_contract(tmp_path, tiny_overrides):
     """`v05 bench train --json` writes v05's and TRL's rollouts/s on the same model, task, batch and k, and v05's
     overhead fraction (prior + allocator + estimator of step time), in [0, 1)."""
     out = tmp_path / "train.json"
-    argv = ["bench", "train", "--out", str(tmp_path / "runs"), "--steps", "3", "--trl-steps", "2", "--configs",
+    argv = ["bench", "train", "--out", str(tmp_path / "runs"), "--steps", "4", "--trl-steps", "2", "--configs",
             "demo-grpo4,demo-v05", "--json", str(out), *tiny_overrides, *SMALL]  # fmt: skip
     assert main(argv) == 0
     res = json.loads(out.read_text())

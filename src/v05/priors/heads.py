@@ -10,7 +10,9 @@ context, ``predict(X (Q, D)) -> (Q,)``. Targets and outputs are ±1 scores, exce
 - ``knn``: mean score of the k most cosine-similar context prompts (k = 20).
 - ``logistic``: binomial logistic regression on p = (s + 1)/2 (each row twice, weights p and 1 − p), ŷ = 2P − 1;
   ``logistic_hard`` fits 1[s ≥ 0] like V0 and outputs P(s ≥ 0).
-- ``tabpfn``: the TabPFN classifier V0 uses (optional extra; weights from a local checkpoint only).
+- ``tabpfn``: the TabPFN classifier V0 uses (optional extra; weights from a local checkpoint only);
+  ``v0_tabpfn``: the same model configured exactly as the released V0 code runs it (n_estimators 4, float32, no
+  preprocessing, logits averaged; outputs E[s] = 2p̂ − 1).
 scikit-learn is imported inside the heads, so importing this module is cheap.
 """
 
@@ -314,8 +316,16 @@ HEADS = {
     "logistic": LogisticHead,
     "logistic_hard": lambda **kw: LogisticHead(hard=True, **kw),
     "tabpfn": TabPFNHead,
+    "v0_tabpfn": lambda **kw: _v0_tabpfn(**kw),
 }
-"""Head name → factory(**options)."""
+"""Head name → factory(**options). ``v0_tabpfn`` is TabPFN configured as the released V0 runs it
+(:class:`v05.priors.v0_official.V0TabPFNHead`; imported when built)."""
+
+
+def _v0_tabpfn(**options: object) -> Head:
+    from v05.priors.v0_official import V0TabPFNHead  # noqa: PLC0415 (torch-side module, imported on demand)
+
+    return V0TabPFNHead(**options)  # type: ignore[arg-type]
 
 
 def make_head(name: str, **options: float | int | str | None) -> Head:

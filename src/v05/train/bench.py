@@ -25,9 +25,13 @@ EFFICIENCY_CONFIGS = ("demo-grpo4", "demo-grpo16", "demo-v05", "demo-v05-eb")
 """The methods the efficiency ratio is defined on (``rollout_ratio`` has ``v05`` and ``v05_eb``)."""
 
 
+WARMUP_STEPS = 2
+"""Steps left out of the timing (first fits, allocator caches): the benchmark measures the steady state."""
+
+
 def _step_times(run_dir: Path) -> dict[str, float]:
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    steps = [r for r in rows if r["step"] > 0]
+    steps = [r for r in rows if r["step"] > WARMUP_STEPS]
     total = float(sum(r["time/step"] for r in steps))
     rollouts = float(sum(r["rollouts_step"] for r in steps))
     overhead = float(sum(r["time/prior"] + r["time/estimate"] for r in steps))
@@ -35,12 +39,13 @@ def _step_times(run_dir: Path) -> dict[str, float]:
             "overhead_frac": overhead / total}  # fmt: skip
 
 
-def bench_train(out: Path, *, steps: int = 20, configs: tuple[str, ...] = ("demo-grpo4", "demo-v05", "demo-v05-eb"),
+def bench_train(out: Path, *, steps: int = 30, configs: tuple[str, ...] = ("demo-grpo4", "demo-v05", "demo-v05-eb"),
                 trl_steps: int = 10, overrides: tuple[str, ...] = ()) -> dict[str, Any]:  # fmt: skip
     """Time ``v05 train`` (each config, evals off) and TRL's GRPOTrainer at the first config's batch and k.
 
-    v05's rollouts/s is measured over the training steps (generate + verify + prior + allocate + estimate + update,
-    the ``time/step`` of metrics.jsonl), TRL's over its optimizer steps 2..N (generation included). Both use one torch
+    v05's rollouts/s is measured over the training steps after the first ``WARMUP_STEPS`` (generate + verify + prior +
+    allocate + estimate + update, the ``time/step`` of metrics.jsonl), TRL's over its optimizer steps 2..N
+    (generation included). Both use one torch
     thread, the same warm-started tiny policy, 6 new tokens, the same prompts per step and k.
     """
     from v05.adapters.trl import trl_grpo_rollouts_per_s  # noqa: PLC0415
@@ -129,7 +134,8 @@ def bench_efficiency(out: Path, *, seeds: tuple[int, ...] = (0, 1, 2), extra: tu
         if name in ("grpo4", "grpo16"):
             continue
         r = first_reach(name)
-        ratio[name] = None if r is None or ref_rollouts is None else r / ref_rollouts
+        # undefined when the method never reaches the target, or the reference never improved on its start
+        ratio[name] = None if r is None or not ref_rollouts else r / ref_rollouts
     per_seed = {
         name: {str(run.seed): [[float(x), float(y)] for x, y in zip(*run.series_vs("rollouts_total", "eval_pass_rate"),
                                                                      strict=True)] for run in group}
@@ -156,7 +162,7 @@ def register_benches(bsub: argparse._SubParsersAction) -> None:  # type: ignore[
     """Add ``v05 bench train`` and ``v05 bench efficiency`` (torch imported only when they run)."""
     tr = bsub.add_parser("train", help="v05 train rollouts/s vs TRL GRPOTrainer, and v05's overhead share")
     tr.add_argument("--out", default="runs/bench-train", help="scratch folder for the runs")
-    tr.add_argument("--steps", type=int, default=20, help="v05 training steps per config (default 20)")
+    tr.add_argument("--steps", type=int, default=30, help="v05 training steps per config (default 30; 2 untimed)")
     tr.add_argument("--trl-steps", type=int, default=10, help="TRL optimizer steps (the first is not timed)")
     tr.add_argument("--configs", default="demo-grpo4,demo-v05,demo-v05-eb", help="configs to time (first = vs TRL)")
     tr.add_argument("--json", help="write the results here")
@@ -176,8 +182,8 @@ def _run_train(args: argparse.Namespace) -> int:
 
     require_trainer()
     configs = tuple(c for c in args.configs.split(",") if c)
-    if not configs or args.steps < 2 or args.trl_steps < 2:
-        raise ValueError("need at least one config, --steps >= 2 and --trl-steps >= 2")
+    if not configs or args.steps <= WARMUP_STEPS or args.trl_steps < 2:
+        raise ValueError(f"need at least one config, --steps > {WARMUP_STEPS} and --trl-steps >= 2")
     res = bench_train(
         Path(args.out), steps=args.steps, configs=configs, trl_steps=args.trl_steps, overrides=tuple(args.overrides)
     )
