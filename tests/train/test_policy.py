@@ -138,3 +138,14 @@ def test_auto_device_and_dtype_on_cuda():
     """On CUDA, device='auto' and dtype='auto' give a bfloat16 model on the GPU."""
     model, _ = load_policy(PolicyConfig())
     assert model.device.type == "cuda" and model.dtype == torch.bfloat16
+
+
+def test_set_cpu_threads_also_limits_the_blas_pools():
+    """numpy/SciPy BLAS pools get the same limit as torch (2 BLAS threads beside the torch thread stalled steps)."""
+    from threadpoolctl import threadpool_info
+
+    from v05.train.policy import set_cpu_threads
+
+    set_cpu_threads(1)
+    assert torch.get_num_threads() == 1
+    assert all(p["num_threads"] == 1 for p in threadpool_info() if p["user_api"] == "blas")

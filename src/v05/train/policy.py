@@ -227,10 +227,12 @@ def _quiet_hf_progress() -> Iterator[None]:
 
 
 def set_cpu_threads(n: int = 1) -> None:
-    """Set torch's intra-op CPU threads (``torch.set_num_threads``).
+    """Set torch's intra-op CPU threads (``torch.set_num_threads``) and the BLAS pools numpy/SciPy use.
 
     The default is 1: on a 2-core box shared with another busy process, 2 OpenMP threads made a forward+backward
-    7x slower (cpu-setup.md §0); on a quiet box 2 threads are ~1.6x faster.
+    7x slower (cpu-setup.md §0); on a quiet box 2 threads are ~1.6x faster. The BLAS pools (OpenBLAS, MKL; through
+    ``threadpoolctl`` when it is installed, as it is with scikit-learn) get the same limit: a prior's Gram matrices
+    and Cholesky solves on 2 BLAS threads beside the torch thread stalled training steps by 50–140 ms.
 
     Args:
         n: number of threads, ≥ 1.
@@ -241,6 +243,11 @@ def set_cpu_threads(n: int = 1) -> None:
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"n={n!r} threads must be a positive integer")
     torch.set_num_threads(n)
+    try:
+        from threadpoolctl import threadpool_limits  # noqa: PLC0415 (a scikit-learn dependency)
+    except ImportError:
+        return
+    threadpool_limits(limits=n, user_api="blas")
 
 
 def _build_tiny_model(config: PolicyConfig, tokenizer: PreTrainedTokenizerBase) -> LlamaForCausalLM:
