@@ -137,3 +137,15 @@ def test_allocator_pool_prompts_not_sampled_go_back_to_the_queue(tmp_path, tiny_
     rows = [r for r in rows_of(tmp_path / "run") if r["step"] > 0]
     assert [r["prompts_sampled"] for r in rows] == [8, 8, 8]
     assert np.isfinite(rows[-1]["mean_p_partial_selected"])
+
+
+def test_shared_prefix_update_matches_the_per_rollout_update(tmp_path, tiny_overrides):
+    """train.share_prompt_prefix (default) only changes how the forward is computed: the first step's loss, grad norm
+    and entropy equal the per-rollout forward's up to float rounding."""
+    rows = {}
+    for share in (True, False):
+        cfg = load_config(None, [*tiny_overrides, "train.steps=1", f"train.share_prompt_prefix={share}"])
+        train(cfg, tmp_path / str(share))
+        rows[share] = next(r for r in rows_of(tmp_path / str(share)) if r["step"] == 1)
+    for key in ("loss", "grad_norm", "entropy", "pg_loss"):
+        assert rows[True][key] == pytest.approx(rows[False][key], rel=1e-4, abs=1e-6), key

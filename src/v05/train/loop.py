@@ -204,7 +204,9 @@ def train(
 
             # 4. the policy update (ppo_epochs × micro-batches)
             t0 = time.perf_counter()
-            upd = _update(cfg, model, reference, optimizer, scheduler, kept_rollouts, est) if est is not None else {}
+            upd = {}
+            if est is not None:
+                upd = _update(cfg, model, reference, optimizer, scheduler, kept_rollouts, group, est)
             timing["update"] += time.perf_counter() - t0
 
             # 5. the prior learns this step's outcomes (every sampled prompt, kept or not)
@@ -486,37 +488,40 @@ def _concat(draws: list[Any], tokenizer: Any) -> Any:
 
 
 def _update(
-    cfg: TrainConfig, model: Any, reference: Any, optimizer: Any, scheduler: Any, rollouts: Any, est: Any
+    cfg: TrainConfig,
+    model: Any,
+    reference: Any,
+    optimizer: Any,
+    scheduler: Any,
+    rollouts: Any,
+    group: np.ndarray,
+    est: Any,
 ) -> dict[str, float]:
     """ppo_epochs optimizer steps over the kept rollouts, each accumulating micro-batch gradients."""
     import torch  # noqa: PLC0415
 
-    from v05.train.forward import sequence_logprobs  # noqa: PLC0415
     from v05.train.loss import loss_norm, policy_loss  # noqa: PLC0415
 
     n = len(rollouts)
     adv = torch.as_tensor(est.advantages, dtype=torch.float32)
     mb = cfg.train.micro_batch_size
     chunks = [np.arange(i, min(i + mb, n)) for i in range(0, n, mb)]
-    parts = [_trim(rollouts.select(ch)) for ch in chunks]
-    norm = loss_norm([p[3] for p in parts])
+    parts = [_MicroBatch.of(rollouts, ch, group, share=cfg.train.share_prompt_prefix) for ch in chunks]
+    norm = loss_norm([p.response_mask for p in parts])
     temp = cfg.generation.temperature
     stats: dict[str, list[float]] = {"loss": [], "pg_loss": [], "entropy": [], "clip_frac": [], "kl": [],
                                      "approx_kl": [], "grad_norm": [], "ratio": []}  # fmt: skip
     model.train()
     for _ in range(cfg.train.ppo_epochs):
         optimizer.zero_grad(set_to_none=True)
-        for ch, (p_ids, p_mask, r_ids, r_mask, old) in zip(chunks, parts, strict=True):
-            need_entropy = True
-            logp, entropy = sequence_logprobs(
-                model, p_ids, p_mask, r_ids, r_mask, temperature=temp, with_entropy=need_entropy
-            )
+        for ch, part in zip(chunks, parts, strict=True):
+            logp, entropy = part.logprobs(model, temp, with_entropy=True)
             ref_logp = None
             if reference is not None:
                 with torch.no_grad():
-                    ref_logp, _ = sequence_logprobs(reference, p_ids, p_mask, r_ids, r_mask, temperature=temp)
-            terms = policy_loss(logp, old, adv[ch], r_mask, config=cfg.loss, ref_logp=ref_logp, entropy=entropy,
-                                norm=norm)  # fmt: skip
+                    ref_logp, _ = part.logprobs(reference, temp, with_entropy=False)
+            terms = policy_loss(logp, part.old_logp, adv[ch], part.response_mask, config=cfg.loss, ref_logp=ref_logp,
+                                entropy=entropy, norm=norm)  # fmt: skip
             terms.loss.backward()
             w = len(ch) / n
             for key, value in (("loss", terms.loss), ("pg_loss", terms.pg_loss), ("entropy", terms.entropy),
@@ -534,18 +539,41 @@ def _update(
     return out
 
 
-def _trim(ro: Any) -> tuple[Any, ...]:
-    """A micro-batch without all-padding columns: (prompt_ids, prompt_mask, response_ids, response_mask, old_logp)."""
-    p_keep = ro.prompt_mask.bool().any(0)
-    first = int(p_keep.float().argmax()) if bool(p_keep.any()) else ro.prompt_mask.shape[1]
-    r_len = int(ro.response_mask.sum(1).max()) if len(ro) else 0
-    return (
-        ro.prompt_ids[:, first:],
-        ro.prompt_mask[:, first:],
-        ro.response_ids[:, :r_len],
-        ro.response_mask[:, :r_len],
-        ro.old_logp[:, :r_len],
-    )
+@dataclass(frozen=True)
+class _MicroBatch:
+    """One micro-batch without all-padding columns; with ``rows`` set, its prompts are the distinct ones only."""
+
+    prompt_ids: Any  # (N, P) or (G', P) with rows
+    prompt_mask: Any
+    response_ids: Any  # (N, R)
+    response_mask: Any
+    old_logp: Any  # (N, R)
+    rows: np.ndarray | None  # (N,) prompt row of each rollout (shared-prefix forward), or None
+
+    @classmethod
+    def of(cls, rollouts: Any, ch: np.ndarray, group: np.ndarray, *, share: bool) -> _MicroBatch:
+        from v05.train.forward import prefix_rows  # noqa: PLC0415
+
+        ro = rollouts.select(ch)
+        r_len = int(ro.response_mask.sum(1).max()) if len(ro) else 0
+        rows = None
+        p_ids, p_mask = ro.prompt_ids, ro.prompt_mask
+        if share:
+            first, rows = prefix_rows(group[ch])
+            p_ids, p_mask = p_ids[first], p_mask[first]
+        keep = p_mask.bool().any(0)
+        start = int(keep.float().argmax()) if bool(keep.any()) else p_mask.shape[1]  # first non-padding column
+        return cls(p_ids[:, start:], p_mask[:, start:], ro.response_ids[:, :r_len], ro.response_mask[:, :r_len],
+                   ro.old_logp[:, :r_len], rows)  # fmt: skip
+
+    def logprobs(self, model: Any, temperature: float, *, with_entropy: bool) -> tuple[Any, Any]:
+        from v05.train.forward import sequence_logprobs, shared_prefix_logprobs  # noqa: PLC0415
+
+        if self.rows is None:
+            return sequence_logprobs(model, self.prompt_ids, self.prompt_mask, self.response_ids, self.response_mask,
+                                     temperature=temperature, with_entropy=with_entropy)  # fmt: skip
+        return shared_prefix_logprobs(model, self.prompt_ids, self.prompt_mask, self.response_ids, self.response_mask,
+                                      self.rows, temperature=temperature, with_entropy=with_entropy)  # fmt: skip
 
 
 # -- metrics and evaluation ----------------------------------------------------------------------------------------
