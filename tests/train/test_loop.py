@@ -149,3 +149,15 @@ def test_shared_prefix_update_matches_the_per_rollout_update(tmp_path, tiny_over
         rows[share] = next(r for r in rows_of(tmp_path / str(share)) if r["step"] == 1)
     for key in ("loss", "grad_norm", "entropy", "pg_loss"):
         assert rows[True][key] == pytest.approx(rows[False][key], rel=1e-4, abs=1e-6), key
+
+
+def test_vllm_engine_without_a_gpu_is_a_clear_error(tmp_path, tiny_overrides):
+    """generation.engine=vllm on a machine without CUDA (or without vllm) stops with the install hint, not a
+    traceback from deep inside vLLM."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: the vLLM path is exercised by tests/engines/test_vllm.py")
+    cfg = load_config(None, [*tiny_overrides, "generation.engine=vllm"])
+    with pytest.raises(ValueError, match="CUDA"):
+        train(cfg, tmp_path / "run")

@@ -19,6 +19,7 @@ import logging
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -54,8 +55,13 @@ class GenerationConfig:
     """Longest response, in tokens (EOS included); a rollout that reaches it without EOS is marked truncated."""
     batch_size: int = 512
     """Rollouts per ``model.generate`` call (micro-batching bounds memory: the raw logits cost B×R×V×4 bytes)."""
+    engine: Literal["hf", "vllm"] = "hf"
+    """Which engine samples the training rollouts: ``hf`` (``model.generate``, CPU or GPU) or ``vllm`` (GPU only,
+    ``pip install 'v05[vllm]'`` in its own environment; weights synced after every update). Evaluation uses ``hf``."""
 
     def __post_init__(self) -> None:
+        if self.engine not in ("hf", "vllm"):
+            raise ValueError(f"engine={self.engine!r}; valid: hf, vllm")
         if not np.isfinite(self.temperature) or self.temperature < 0:
             raise ValueError(f"temperature={self.temperature!r} must be finite and ≥ 0 (0 is greedy)")
         if not 0 < self.top_p <= 1:

@@ -116,7 +116,6 @@ def train(
     """
     import torch  # noqa: PLC0415
 
-    from v05.engines.hf import HFEngine  # noqa: PLC0415
     from v05.tasks import make_task  # noqa: PLC0415
     from v05.train.policy import load_policy, set_cpu_threads  # noqa: PLC0415
     from v05.train.warmstart import ensure_warm_start, render_all  # noqa: PLC0415
@@ -138,7 +137,7 @@ def train(
     model, tokenizer = load_policy(policy_cfg)
     texts, held_texts = render_all(cfg, task, pool, tokenizer), render_all(cfg, task, held_out, tokenizer)
     keys = np.array([p.key for p in pool])
-    engine = HFEngine(model, tokenizer, cfg.generation, seed=cfg.seed)
+    engine = _engine(cfg, model, tokenizer)
     optimizer, scheduler = _optimizer(cfg, model)
     reference = _reference_model(cfg, model)
     provider = _provider(cfg)
@@ -151,6 +150,7 @@ def train(
     if ckpt is not None:
         tensors, state = load_checkpoint(ckpt)
         _restore(ckpt, tensors, state, model, optimizer, scheduler, engine)
+        _sync(engine, model)
         c = _Counters(**state["counters"])
         queue.load_state_dict(state["queue"])
         est_state, alloc_state = state_from_json(state["estimator"]), state_from_json(state["allocator"])
@@ -207,6 +207,7 @@ def train(
             upd = {}
             if est is not None:
                 upd = _update(cfg, model, reference, optimizer, scheduler, kept_rollouts, group, est)
+                _sync(engine, model)  # an engine with its own copy of the weights (vLLM) follows the update
             timing["update"] += time.perf_counter() - t0
 
             # 5. the prior learns this step's outcomes (every sampled prompt, kept or not)
@@ -292,6 +293,24 @@ def _prepare_run_dir(cfg: TrainConfig, run_dir: Path, resume: bool) -> Path | No
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(config_path, text)
     return None
+
+
+def _engine(cfg: TrainConfig, model: Any, tokenizer: Any) -> Any:
+    """The rollout engine: HF ``generate`` (CPU/GPU) or vLLM (GPU; imported only when asked for)."""
+    if cfg.generation.engine == "vllm":
+        from v05.engines.vllm import VLLMEngine  # noqa: PLC0415 (optional, GPU-only extra)
+
+        return VLLMEngine(model, tokenizer, cfg.generation, seed=cfg.seed)
+    from v05.engines.hf import HFEngine  # noqa: PLC0415
+
+    return HFEngine(model, tokenizer, cfg.generation, seed=cfg.seed)
+
+
+def _sync(engine: Any, model: Any) -> None:
+    """Push the policy's weights into an engine that keeps its own copy (vLLM); HF generate reads the policy."""
+    sync = getattr(engine, "sync_weights", None)
+    if sync is not None:
+        sync(model)
 
 
 def _optimizer(cfg: TrainConfig, model: Any) -> tuple[Any, Any]:
