@@ -1,4 +1,4 @@
-"""Estimator and allocator state as JSON (type-tagged), for checkpoints: no pickle, exact round trips.
+"""Run counters, and estimator and allocator state as JSON (type-tagged), for checkpoints: no pickle, exact.
 
 The states are the values the core returns (``Estimate.state``, ``Allocation.state``): ``PriorErrorState``
 (``v05_eb``), ``BetaHistory`` (``dbb``, SARA) and ``DpsState`` (DPS). A state of another type is refused with the
@@ -7,11 +7,27 @@ list of supported ones, so a new stateful method cannot be silently dropped from
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from v05.allocation.dps import DpsState
 from v05.allocation.posterior import BetaHistory
 from v05.estimators.fusion import PriorErrorState
+
+
+@dataclass
+class Counters:
+    """A run's running totals (checkpointed, so a resumed run continues them)."""
+
+    step: int = 0
+    rollouts_total: int = 0
+    tokens_total: int = 0
+    prompts_total: int = 0
+    wall_time: float = 0.0
+    last_eval: float = float("nan")
+    train_last: float = float("nan")
+    verifier_failures: int = 0
+
 
 STATE_TYPES: dict[str, type] = {"PriorErrorState": PriorErrorState, "BetaHistory": BetaHistory, "DpsState": DpsState}
 
@@ -35,4 +51,4 @@ def state_from_json(data: dict[str, Any] | None) -> Any:
     return STATE_TYPES[data["type"]].from_dict(data["data"])
 
 
-__all__ = ["STATE_TYPES", "state_from_json", "state_to_json"]
+__all__ = ["STATE_TYPES", "Counters", "state_from_json", "state_to_json"]

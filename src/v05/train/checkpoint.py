@@ -1,0 +1,79 @@
+"""Saving and restoring a run's full training state (weights, optimizer, scheduler, RNGs, queue, method states)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from v05.train.config import TrainConfig
+from v05.train.rundir import latest_checkpoint, save_checkpoint
+from v05.train.state import Counters, state_to_json
+
+
+def save_state(
+    cfg: TrainConfig,
+    run_dir: Path,
+    c: Counters,
+    model: Any,
+    optimizer: Any,
+    scheduler: Any,
+    engine: Any,
+    queue: Any,
+    est_state: Any,
+    alloc_state: Any,
+    provider: Any,
+) -> None:
+    """Write a checkpoint of the full training state after step ``c.step`` (atomic; see :mod:`v05.train.rundir`)."""
+    import torch  # noqa: PLC0415
+    from safetensors.torch import save_model  # noqa: PLC0415
+
+    def write_policy(folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        save_model(model, str(folder / "model.safetensors"))
+
+    tensors = {
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(),
+        "engine": engine.state_dict(),
+        "torch_rng": torch.get_rng_state(),
+    }
+    state = {
+        "counters": dataclasses.asdict(c),
+        "queue": queue.state_dict(),
+        "estimator": state_to_json(est_state),
+        "allocator": state_to_json(alloc_state),
+        "provider": provider.state_dict() if provider is not None else None,
+    }
+    save_checkpoint(run_dir, c.step, write_policy=write_policy, tensors=tensors, state=state,
+                    keep=cfg.run.keep_checkpoints)  # fmt: skip
+
+
+def restore_state(
+    ckpt: Path, tensors: dict, state: dict, model: Any, optimizer: Any, scheduler: Any, engine: Any
+) -> None:
+    """Load a checkpoint's weights, optimizer, scheduler, engine RNG and torch RNG into the live objects."""
+    import torch  # noqa: PLC0415
+    from safetensors.torch import load_model  # noqa: PLC0415
+
+    load_model(model, str(ckpt / "policy" / "model.safetensors"))
+    optimizer.load_state_dict(tensors["optimizer"])
+    scheduler.load_state_dict(tensors["scheduler"])
+    engine.load_state_dict(tensors["engine"])
+    torch.set_rng_state(tensors["torch_rng"])
+
+
+def checkpoint_step(run_dir: Path) -> int:
+    """The step of the newest complete checkpoint (−1 when there is none)."""
+    path = latest_checkpoint(run_dir)
+    return -1 if path is None else int(path.name.split("_")[-1])
+
+
+def export_policy(run_dir: Path, model: Any, tokenizer: Any) -> None:
+    """The final policy as a Hugging Face folder (``from_pretrained`` reads it)."""
+    from v05.train.policy import save_policy  # noqa: PLC0415
+
+    save_policy(model, tokenizer, run_dir / "final")
+
+
+__all__ = ["checkpoint_step", "export_policy", "restore_state", "save_state"]
