@@ -16,6 +16,7 @@ from v05.adapters.trl import (  # noqa: E402
     V05GRPOTrainer,
     _group_keys,
     check_trl_version,
+    no_checkpointing_args,
     trl_grpo_rollouts_per_s,
 )
 from v05.estimators import PriorErrorState  # noqa: E402
@@ -94,7 +95,7 @@ def config(tmp_path, **kwargs):
         save_strategy="no",
         logging_steps=1,
         disable_tqdm=True,
-        activation_checkpointing=False,
+        **no_checkpointing_args(),
         per_device_train_batch_size=N_PROMPTS * K,
         num_generations=K,
         max_completion_length=6,

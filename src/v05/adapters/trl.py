@@ -32,7 +32,7 @@ Deviations from TRL and limits:
   them). Evaluation batches use the prior but do not update it or the estimator state.
 
 TRL workarounds (TRL 1.16 + transformers 5): TRL defaults ``gradient_checkpointing=True``, a deprecated alias that
-warns and recomputes activations — pass ``activation_checkpointing=False`` on small models. A tokenizer without a
+warns and recomputes activations — pass :func:`no_checkpointing_args` on small models. A tokenizer without a
 chat template (the char-level tiny model) takes plain-string prompts (a ``"prompt"`` column of str). TRL seeds the
 global RNGs in its constructor (``set_seed(args.seed)``); :func:`trl_grpo_rollouts_per_s` restores the caller's.
 """
@@ -71,6 +71,18 @@ FIXED_K_MESSAGE = (
 )
 _ADAPTER_OPTIONS = ("state", "prompt_ids", "step", "prior", "mu")  # filled by the adapter, never by the user
 _TRL_SCALE = {"group_std": "group", "none": "none"}  # v05 scale → TRL's scale_rewards name (others: "none")
+
+
+def no_checkpointing_args() -> dict[str, bool]:
+    """Keyword arguments that turn off TRL's default activation checkpointing, for this transformers version.
+
+    ``activation_checkpointing`` on transformers ≥ 5.11, ``gradient_checkpointing`` before (the field was renamed).
+    """
+    from transformers import TrainingArguments  # noqa: PLC0415
+
+    fields = getattr(TrainingArguments, "__dataclass_fields__", {})
+    name = "activation_checkpointing" if "activation_checkpointing" in fields else "gradient_checkpointing"
+    return {name: False}
 
 
 def check_trl_version(version: str | None = None) -> None:
@@ -523,7 +535,7 @@ def trl_grpo_rollouts_per_s(
         eval_strategy="no",
         logging_strategy="no",
         disable_tqdm=True,
-        activation_checkpointing=False,
+        **no_checkpointing_args(),
         per_device_train_batch_size=batch_prompts * num_generations,
         num_generations=num_generations,
         max_completion_length=max_new_tokens,
@@ -567,5 +579,6 @@ __all__ = [
     "V05GRPOConfig",
     "V05GRPOTrainer",
     "check_trl_version",
+    "no_checkpointing_args",
     "trl_grpo_rollouts_per_s",
 ]

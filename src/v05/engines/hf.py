@@ -267,9 +267,9 @@ class HFEngine:
         old_logp = torch.cat([_pad_to(lp, r_max, 0, left=False) for _, _, lp in parts] or [_empty(torch.float32)])
         lengths = response_mask.sum(1).numpy().astype(np.int64)  # (N,)
         has_eos = torch.isin(response_ids, torch.tensor(self._eos_ids)) & response_mask.bool()  # (N, R)
-        texts = self.tokenizer.batch_decode(
-            [ids[:n].tolist() for ids, n in zip(response_ids, lengths.tolist(), strict=True)], skip_special_tokens=True
-        )
+        # an empty batch decodes to [] (some transformers versions return [""] for it)
+        seqs = [ids[:n].tolist() for ids, n in zip(response_ids, lengths.tolist(), strict=True)]
+        texts = self.tokenizer.batch_decode(seqs, skip_special_tokens=True) if seqs else []
         return Rollouts(
             prompt_index=prompt_index,
             prompt_ids=prompt_ids,

@@ -241,8 +241,15 @@ def load_config(config: str | None = None, overrides: list[str] | tuple[str, ...
     Raises:
         ValueError: unknown file or name, unknown keys, wrong types or invalid values — the message names the field.
     """
-    from omegaconf import OmegaConf  # noqa: PLC0415 (the config library is a trainer dependency only)
+    import omegaconf  # noqa: PLC0415 (the config library is a trainer dependency only)
+    from omegaconf import OmegaConf  # noqa: PLC0415
     from omegaconf.errors import OmegaConfBaseException  # noqa: PLC0415
+
+    if tuple(int(x) for x in omegaconf.__version__.split(".")[:2]) < (2, 4):
+        raise ValueError(
+            f"v05 train needs omegaconf >= 2.4 (its configs use Literal modes), found {omegaconf.__version__}; "
+            "verl's hydra-core pins omegaconf < 2.4, so run v05's trainer in an environment without v05[verl]"
+        )
 
     for item in overrides:
         if "=" not in item:

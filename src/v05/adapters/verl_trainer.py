@@ -1,0 +1,467 @@
+r"""The ``v05`` trainer mode for verl's V1 trainer: priors from a provider, OSLA's extra rounds, ``v05/*`` metrics.
+
+Registered by :func:`v05.adapters.verl.register` (``trainer.v1.trainer_mode=v05``); with :mod:`v05.adapters.verl`
+the only modules of v05 built on verl (split off to keep each under ~500 lines; it imports verl and
+``transfer_queue`` inside functions only, so it loads without them). The trainer needs ``transfer_queue``, as verl's
+V1 trainer does.
+
+Why a trainer mode (and not a replay-buffer or agent-loop override): a step needs four hooks that only the trainer
+holds together — the prompt batch before it is dispatched (attach the prior, set ``__rollout_n__``), the agent loop and
+the replay buffer between sampling and the rollout replicas going to sleep (OSLA's extra rounds must run on the
+current weights), the advantage call (bind the prompt rows, v05.adapters.verl module docstring) and verl's tracking
+logger. A custom replay buffer (``trainer.v1.sampler.custom_sampler``) is built with a refill callback only, and a
+custom agent-loop manager never sees rewards or advantages. ``V05Trainer`` = :class:`V05TrainerMixin` on verl's
+``PPOTrainerSync`` (colocated, on-policy), assembled by :func:`trainer_class` when registered so that importing this
+module needs neither verl nor ``transfer_queue``; it overrides five methods (v1/trainer_base.py):
+``_next_train_batch`` (:1479), ``_build_replay_buffer`` (:139; wraps verl's buffer), ``_compute_advantage``
+(:1743; calls verl's, bound), ``_save_checkpoint``/``_load_checkpoint`` (:948/:850; adds ``v05_state.json``).
+
+One step: prior V = provider.predict(keys, texts) → ``extra_info[prior_key]`` (and ``__rollout_n__ = k_init`` for
+OSLA) → verl's agent loop → replay buffer → OSLA rounds (``v05.allocation.allocate``; each extra round submits the
+rejected prompts again under new uids, ``extra_info["v05_group"]`` naming the original) → verl's advantage step with
+the rows read back from the rollouts' ``extra_info`` → provider.update(outcomes) → ``v05/*`` metrics.
+
+verl-forced workarounds: verl switches replay buffer, dataloader chunking and checkpointing on
+``trainer_mode == "sync"`` (v1/trainer_base.py:153, :731, :902, :1004, :1499), so a mode named ``v05`` would get the
+async paths; :attr:`V05TrainerMixin.trainer_mode` therefore reads ``"sync"``. The actor's mini-batch is
+``ppo_mini_batch_size × rollout.n`` rollouts (:1589) while OSLA's batches vary in size: verl pads each batch to a
+multiple of it with zero-loss ``pad`` rows, which the estimators skip.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from v05._types import FloatArray, IntArray
+from v05.adapters.verl import (
+    GROUP_FIELD,
+    KEY_FIELD,
+    TRAINER_MODE,
+    VerlConfig,
+    VerlEstimator,
+    VerlStep,
+    estimator_for,
+    prompt_rows,
+)
+from v05.allocation import OSLA, Allocation, allocate
+from v05.estimators import PriorErrorState
+from v05.groups import segment_count
+from v05.priors import Calibration, calibrate, group_outcomes, make_provider
+from v05.registry import get_allocator
+from v05.rewards import to_pm1
+from v05.tasks.base import prompt_key
+from v05.train.state import state_from_json, state_to_json
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+    from tensordict import TensorDict
+    from transfer_queue import KVBatchMeta
+
+logger = logging.getLogger(__name__)
+
+STATE_FILE = "v05_state.json"
+"""Written beside verl's checkpoint in ``global_step_<n>/``: estimator state and provider state (JSON)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Prompt:
+    """A prompt of the current step: its dataset row (to resubmit), stable key, text and prior (reward scale)."""
+
+    uid: str
+    key: str
+    text: str
+    prior: float | None
+    n0: float | None
+    row: dict[str, Any]
+    step: int
+
+
+class _RoundsBuffer:
+    """verl's replay buffer, followed on the training partition by the trainer's OSLA rounds."""
+
+    def __init__(self, inner: Any, rounds: Callable[[KVBatchMeta, int], KVBatchMeta]) -> None:
+        self.inner = inner
+        self._rounds = rounds
+
+    def sample(self, global_steps: int, partition_id: str, batch_size: int) -> tuple[KVBatchMeta, dict]:
+        """Sample as verl does; on ``"train"`` the sampled round-0 batch then grows by OSLA's extra rounds."""
+        batch, metrics = self.inner.sample(global_steps=global_steps, partition_id=partition_id, batch_size=batch_size)
+        if partition_id != "train":
+            return batch, metrics
+        return self._rounds(batch, global_steps), metrics
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+class V05TrainerMixin:
+    """verl's synchronous V1 trainer with v05's prior provider, OSLA rounds and metrics (module docstring).
+
+    :func:`trainer_class` combines it with verl's ``PPOTrainerSync`` into ``V05Trainer``; its methods call verl's
+    through ``super()``.
+
+    Configured by ``+algorithm.v05.*`` (:class:`v05.adapters.verl.VerlConfig`); ``algorithm.adv_estimator`` must be
+    one of v05's (``v05``, ``v05_eb``, ``v05_dbb``, ``v05_grpo``, ...). Metrics per step (verl's logger):
+    :func:`step_metrics` (realised k distribution ``v05/k/*`` and ``v05/k_hist/<k>``, rejection rate,
+    mean ŵ, n0, the prior's τ²/AUC/n0 from the provider's calibration) and OSLA's ``v05/osla/*`` statistics.
+
+    Attributes:
+        v05_config: the parsed ``algorithm.v05`` node.
+        v05_estimator: the registered estimator (its ``state_`` is carried across steps and checkpointed).
+        v05_provider: the prior provider, or None (then priors come from the dataset's ``extra_info``).
+        v05_allocator: the OSLA config, or None for ``allocator: fixed``.
+        v05_last_allocation: the latest step's ``v05.allocation.Allocation`` (OSLA), or None.
+    """
+
+    def __init__(self, config: DictConfig) -> None:
+        """Check the v05 settings against verl's, then build verl's trainer.
+
+        Raises:
+            ValueError: a setting v05 cannot honour (the message says which and how to fix it).
+        """
+        self.v05_config = VerlConfig.from_algorithm(config.algorithm)
+        self.v05_estimator: VerlEstimator = estimator_for(config.algorithm.adv_estimator)
+        self.v05_allocator: OSLA | None = None
+        if self.v05_config.allocator == "osla":
+            self.v05_allocator = get_allocator("osla", **self.v05_config.allocator_options)  # type: ignore[assignment]
+        _check_config(config, self.v05_allocator)
+        cfg = self.v05_config
+        self.v05_provider = None if cfg.provider is None else make_provider(cfg.provider, **cfg.provider_options)
+        self.v05_last_allocation: Allocation | None = None
+        self._v05_prompts: dict[str, _Prompt] = {}
+        self.v05_estimator.reset()
+        super().__init__(config)  # type: ignore[call-arg]
+
+    @property
+    def trainer_mode(self) -> str:
+        """``"sync"``: verl branches on this name (module docstring); the class is found under ``v05``."""
+        return "sync"
+
+    @trainer_mode.setter
+    def trainer_mode(self, value: str) -> None:
+        pass  # verl's __init__ assigns config.trainer.v1.trainer_mode ("v05"); the behaviour stays sync's
+
+    def _build_replay_buffer(self) -> Any:
+        inner = super()._build_replay_buffer()  # type: ignore[misc]
+        return inner if self.v05_allocator is None else _RoundsBuffer(inner, self._v05_rounds)
+
+    def _next_train_batch(self, num_prompts: int | None = None) -> TensorDict:
+        """Fetch verl's prompt batch, with each prompt's stable key, prior (and OSLA's ``__rollout_n__``)."""
+        return self._v05_attach(super()._next_train_batch(num_prompts))  # type: ignore[misc]
+
+    def _v05_attach(self, batch: TensorDict) -> TensorDict:
+        from verl.utils import tensordict_utils as tu  # noqa: PLC0415
+
+        cfg = self.v05_config
+        rows = _rows_of(batch)
+        texts = [_prompt_text(r.get("raw_prompt")) for r in rows]
+        infos = [dict(r.get("extra_info") or {}) for r in rows]
+        for info, text in zip(infos, texts, strict=True):
+            own = info.get(cfg.key_field)
+            info[KEY_FIELD] = prompt_key("sha1", text) if own is None else str(own)
+        if self.v05_provider is not None:
+            pred = self.v05_provider.predict([i[KEY_FIELD] for i in infos], texts)
+            for info, v, n0 in zip(infos, pred.mean, pred.n0, strict=True):
+                info[cfg.prior_key] = float((v + 1.0) / 2.0) if cfg.prior_scale == "pass_rate" else float(v)
+                info[f"{cfg.prior_key}_n0"] = float(n0)
+        tu.assign_non_tensor_stack(batch, "extra_info", infos)
+        if self.v05_allocator is not None:
+            tu.assign_non_tensor_stack(batch, "__rollout_n__", [self.v05_allocator.k_init] * len(rows))
+        parsed = prompt_rows([r["uid"] for r in rows], infos, config=cfg)
+        for r, info, text in zip(rows, infos, texts, strict=True):
+            uid, p = str(r["uid"]), parsed[str(r["uid"])]
+            row = {**r, "extra_info": info}
+            self._v05_prompts[uid] = _Prompt(uid, info[KEY_FIELD], text, p.prior, p.n0, row, self.global_steps)
+        return batch
+
+    def _v05_rounds(self, batch: KVBatchMeta, global_steps: int) -> KVBatchMeta:
+        """OSLA over the sampled prompts: round 0 is the sampled batch; extra rounds go through verl's agent loop."""
+        pool = [self._v05_prompts[u] for u in dict.fromkeys(_prompt_uid(k) for k in batch.keys)]
+        missing = sum(p.prior is None for p in pool)
+        if missing:
+            raise ValueError(
+                f"osla needs a prior for every prompt; {missing} of {len(pool)} have no "
+                f"extra_info[{self.v05_config.prior_key!r}] (set +algorithm.v05.provider or add it to the dataset)"
+            )
+        n0 = None if any(p.n0 is None for p in pool) else [p.n0 for p in pool]
+        metas: list[KVBatchMeta] = []
+
+        def sample(ids: IntArray, counts: IntArray) -> FloatArray:
+            if not metas:
+                meta, uid_of = batch, {int(i): pool[i].uid for i in ids}
+            else:
+                meta, uid_of = self._v05_extra_round(pool, ids, counts, global_steps)
+            metas.append(meta)
+            by_uid = _session_rewards(meta)
+            out = []
+            for i, c in zip(ids, counts, strict=True):
+                got = by_uid.get(uid_of[int(i)], [])
+                if len(got) != c:
+                    raise RuntimeError(
+                        f"prompt {pool[i].key!r} returned {len(got)} of {c} rollouts (failed sessions?); OSLA needs all"
+                    )
+                out.extend(got)
+            return np.asarray(out, np.float64)
+
+        self.v05_last_allocation = allocate(
+            self.v05_allocator,  # type: ignore[arg-type]
+            sample,
+            n_prompts=len(pool),
+            rng=np.random.default_rng(global_steps),
+            prior=[p.prior for p in pool],
+            n0=n0,
+            keys=[p.key for p in pool],
+            reward_range=self.v05_config.reward_range,
+        )
+        from transfer_queue import KVBatchMeta  # noqa: PLC0415
+
+        return KVBatchMeta(
+            keys=[k for m in metas for k in m.keys],
+            tags=[t for m in metas for t in m.tags],
+            partition_id=batch.partition_id,
+            extra_info=batch.extra_info,
+        )
+
+    def _v05_extra_round(
+        self, pool: list[_Prompt], ids: IntArray, counts: IntArray, global_steps: int
+    ) -> tuple[KVBatchMeta, dict[int, str]]:
+        """Submit ``counts[j]`` more rollouts of pool prompt ``ids[j]`` (a new uid each) and wait for them."""
+        from verl.utils import tensordict_utils as tu  # noqa: PLC0415
+
+        rows, uid_of = [], {}
+        for i, c in zip(ids, counts, strict=True):
+            p, uid = pool[int(i)], str(uuid.uuid4())
+            info = {**p.row["extra_info"], GROUP_FIELD: p.uid}
+            rows.append({**p.row, "uid": uid, "extra_info": info, "__rollout_n__": int(c)})
+            uid_of[int(i)] = uid
+        extra = _tensordict_of(rows)
+        tu.assign_non_tensor_data(extra, "global_steps", global_steps)
+        self._submit_batch_to_rollout(extra)  # type: ignore[attr-defined]
+        buffer = self.replay_buffer.inner  # type: ignore[attr-defined]
+        meta, _ = buffer.sample(global_steps=global_steps, partition_id="train", batch_size=len(rows))
+        return meta, uid_of
+
+    def _compute_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
+        """Run verl's advantage step with the rollouts' prompt rows bound; then the provider update and ``v05/*``."""
+        import transfer_queue as tq  # noqa: PLC0415
+
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["uid", "extra_info"])
+        infos = list(data["extra_info"]) if "extra_info" in data.keys() else None
+        rows = prompt_rows(list(data["uid"]), infos, config=self.v05_config)
+        with self.v05_estimator.bind(rows, step=self.global_steps):
+            batch = super()._compute_advantage(batch, metrics)  # type: ignore[misc]
+        step = self.v05_estimator.last_
+        if step is None:
+            raise RuntimeError(f"verl did not call the v05 estimator {self.v05_estimator.name!r} in _compute_advantage")
+        calibration = self._v05_update_provider(step)
+        metrics.update(step_metrics(step, calibration))
+        if self.v05_last_allocation is not None:
+            stats = self.v05_last_allocation.stats
+            metrics.update({f"v05/osla/{k}": float(v) for k, v in stats.items() if isinstance(v, int | float)})
+            self.v05_last_allocation = None
+        return batch
+
+    def _v05_update_provider(self, step: VerlStep) -> Calibration | None:
+        """Feed the step's outcomes to the provider (it calibrates on its own predictions first); its calibration."""
+        prompts = [self._v05_prompts.pop(str(u), None) for u in step.group_uids]
+        for uid in [u for u, p in self._v05_prompts.items() if p.step < self.global_steps]:
+            del self._v05_prompts[uid]  # prompts of earlier steps that never reached the loss (e.g. DAPO-evicted)
+        if self.v05_provider is None:
+            return None
+        if any(p is None for p in prompts):
+            raise RuntimeError("a prompt of this step was not attached by the v05 trainer (no text for the provider)")
+        scores, counts = group_outcomes(step.rewards, step.group, reward_range=step.reward_range)
+        keys, texts = [p.key for p in prompts], [p.text for p in prompts]  # type: ignore[union-attr]
+        self.v05_provider.update(keys, texts, scores, counts, step=int(self.global_steps))
+        return self.v05_provider.calibration()
+
+    def _save_checkpoint(self) -> None:
+        super()._save_checkpoint()  # type: ignore[misc]
+        folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
+        os.makedirs(folder, exist_ok=True)
+        state = {
+            "estimator": self.v05_estimator.name,
+            "state": state_to_json(self.v05_estimator.state_),
+            "provider": None if self.v05_provider is None else self.v05_provider.state_dict(),
+        }
+        with open(os.path.join(folder, STATE_FILE), "w") as fh:
+            json.dump(state, fh)
+
+    def _load_checkpoint(self) -> None:
+        super()._load_checkpoint()  # type: ignore[misc]
+        if self.global_steps == 0:
+            return
+        trainer = self.config.trainer
+        folder = (
+            trainer.resume_from_path
+            if trainer.resume_mode == "resume_path"
+            else os.path.join(trainer.default_local_dir, f"global_step_{self.global_steps}")
+        )
+        path = os.path.join(os.path.abspath(folder), STATE_FILE)
+        if not os.path.exists(path):
+            logger.warning("no %s in %s: the v05 estimator and prior states start afresh", STATE_FILE, folder)
+            return
+        with open(path) as fh:
+            state = json.load(fh)
+        self.v05_estimator.state_ = state_from_json(state["state"])
+        if self.v05_provider is not None and state["provider"] is not None:
+            self.v05_provider.load_state_dict(state["provider"])
+
+
+def step_metrics(step: VerlStep, calibration: Calibration | None = None) -> dict[str, float]:
+    r"""The ``v05/*`` metrics of one step (plain floats, for verl's tracking logger).
+
+    Rollouts per prompt (``v05/k/mean|min|max`` and ``v05/k_hist/<k>``, the number of prompts that got k), the fraction
+    of groups with all-zero advantages, mean |A|, and when defined the estimator's mean weight ŵ on the rollouts,
+    rejection rate, mean n0, its τ̂² window (``v05_eb``), and the prior's calibration (τ², AUC, n0, n): the given
+    ``calibration`` (a provider's), else this step's groups (``v05.priors.calibrate``, ±1 space).
+    """
+    est = step.estimate
+    n_g = segment_count(step.group)  # (G,)
+    moved_g = np.bincount(step.group, weights=(np.abs(est.advantages) > 1e-12).astype(np.float64))  # (G,)
+    out: dict[str, float] = {
+        "v05/rollouts": float(len(step.rewards)),
+        "v05/prompts": float(len(n_g)),
+        "v05/padding_rows": float(step.n_padding),
+        "v05/k/mean": float(n_g.mean()),
+        "v05/k/min": float(n_g.min()),
+        "v05/k/max": float(n_g.max()),
+        "v05/zero_adv_frac": float(np.mean(moved_g == 0)),
+        "v05/adv_abs_mean": float(np.mean(np.abs(est.advantages))),
+    }
+    out.update({f"v05/k_hist/{k}": float(c) for k, c in enumerate(np.bincount(n_g)) if c})
+    for name, values in (("mean_weight", est.weight), ("reject_rate", est.reject), ("n0", est.n0)):
+        if values is not None:
+            out[f"v05/{name}"] = float(np.mean(values))
+    if isinstance(est.state, PriorErrorState):
+        out["v05/eb_tau2"], out["v05/eb_n0"] = est.state.tau2(), est.state.n0()
+    if step.prior is not None:
+        out["v05/prior_mean"] = float(np.mean(step.prior))
+        if calibration is None:
+            vbar = to_pm1(np.bincount(step.group, weights=step.rewards) / n_g, step.reward_range)  # (G,)
+            calibration = calibrate(to_pm1(step.prior, step.reward_range), vbar, n_g.astype(np.float64))
+    if calibration is not None:
+        out.update({f"v05/prior_{k}": float(getattr(calibration, k)) for k in ("tau2", "auc", "n0", "n")})
+    return out
+
+
+def _check_config(config: DictConfig, osla: OSLA | None) -> None:
+    """Refuse verl settings that contradict v05's inputs (messages say how to fix them)."""
+    algorithm = config.algorithm
+    if algorithm.get("use_kl_in_reward", False):
+        raise ValueError("trainer_mode=v05 needs the verifier's outcome reward: set algorithm.use_kl_in_reward=False")
+    if osla is None:
+        return
+    if (algorithm.get("filter_groups") or {}).get("enable", False):
+        raise ValueError("algorithm.v05.allocator=osla decides per-prompt budgets; disable algorithm.filter_groups")
+    if config.trainer.v1.sampler.get("sync_refill_failed_groups", False):
+        raise ValueError("osla keeps each step's prompts: set trainer.v1.sampler.sync_refill_failed_groups=False")
+    rm = config.reward.reward_model
+    if rm.get("enable", False) and not rm.get("enable_resource_pool", False):
+        raise ValueError("osla reads rewards between rounds: use a rule-based or resource-pool reward model")
+    if config.actor_rollout_ref.rollout.n != osla.k_init:
+        logger.warning(
+            "actor_rollout_ref.rollout.n=%s but osla k_init=%s: verl sizes mini-batches as ppo_mini_batch_size × "
+            "rollout.n rollouts; set rollout.n=%s",
+            config.actor_rollout_ref.rollout.n,
+            osla.k_init,
+            osla.k_init,
+        )
+
+
+def _rows_of(batch: TensorDict) -> list[dict[str, Any]]:
+    """Per-prompt dicts of a prompt batch, as verl's agent-loop worker reads them (batch-level data left out)."""
+    import torch  # noqa: PLC0415
+    from tensordict import NonTensorData, NonTensorStack  # noqa: PLC0415
+
+    cols: dict[str, list[Any]] = {}
+    for k, v in batch.items():
+        if isinstance(v, torch.Tensor):
+            cols[k] = list(v.unbind(0))
+        elif isinstance(v, NonTensorStack):
+            cols[k] = v.tolist()
+        elif not isinstance(v, NonTensorData):
+            raise ValueError(f"unsupported prompt-batch field {k!r} of type {type(v).__name__}")
+    return [{k: col[i] for k, col in cols.items()} for i in range(batch.batch_size[0])]
+
+
+def _tensordict_of(rows: list[dict[str, Any]]) -> TensorDict:
+    """Inverse of :func:`_rows_of` (tensors stacked, everything else a NonTensorStack)."""
+    import torch  # noqa: PLC0415
+    from verl.utils import tensordict_utils as tu  # noqa: PLC0415
+
+    cols = {k: [r[k] for r in rows] for k in rows[0]}
+    return tu.get_tensordict(
+        {k: torch.stack(v) if isinstance(v[0], torch.Tensor) else v for k, v in cols.items()}  # type: ignore[misc]
+    )
+
+
+def _prompt_uid(trajectory_key: str) -> str:
+    """The prompt uid of a trajectory key ``{uid}_{session_id}_{index}`` (verl's TransferQueue layout)."""
+    return trajectory_key.split("_", 1)[0]
+
+
+def _session_rewards(meta: KVBatchMeta) -> dict[str, list[float]]:
+    """Map uid → the outcome reward of each session, in session order (a session's last output carries its reward)."""
+    import transfer_queue as tq  # noqa: PLC0415
+
+    data = tq.kv_batch_get(keys=meta.keys, partition_id=meta.partition_id, select_fields=["rm_scores"])
+    scores = [float(t.sum()) for t in data["rm_scores"].unbind()]
+    last: dict[tuple[str, int], tuple[int, float]] = {}
+    for key, score in zip(meta.keys, scores, strict=True):
+        uid, session, index = key.rsplit("_", 2)
+        slot = (uid, int(session))
+        if slot not in last or last[slot][0] < int(index):
+            last[slot] = (int(index), score)
+    out: dict[str, list[float]] = {}
+    for (uid, _), (_, score) in sorted(last.items()):
+        out.setdefault(uid, []).append(score)
+    return out
+
+
+def _prompt_text(raw_prompt: object) -> str:
+    """A prompt's text: a string, or the contents of its chat messages joined by newlines."""
+    if isinstance(raw_prompt, str):
+        return raw_prompt
+    if isinstance(raw_prompt, list | tuple | np.ndarray):
+        parts = [str(m.get("content", "")) if isinstance(m, dict) else str(m) for m in raw_prompt]
+        return "\n".join(parts)
+    return json.dumps(raw_prompt, sort_keys=True, default=str)
+
+
+@functools.cache
+def trainer_class() -> type:
+    """Build ``V05Trainer``: :class:`V05TrainerMixin` on verl's ``PPOTrainerSync`` (built once, then cached).
+
+    Imports verl's V1 trainer, which needs ``transfer_queue``; the module itself imports neither.
+    """
+    from verl.trainer.ppo.v1 import PPOTrainerSync  # noqa: PLC0415
+
+    namespace = {"__module__": __name__, "__doc__": V05TrainerMixin.__doc__}
+    return type("V05Trainer", (V05TrainerMixin, PPOTrainerSync), namespace)
+
+
+def register_trainer_mode() -> None:
+    """Register ``V05Trainer`` as verl's V1 trainer mode ``v05`` (idempotent).
+
+    Raises:
+        ModuleNotFoundError: verl's V1 trainer cannot be imported (``transfer_queue`` missing).
+    """
+    from verl.trainer.ppo.v1 import register_trainer  # noqa: PLC0415
+    from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY  # noqa: PLC0415
+
+    cls = trainer_class()
+    if TRAINER_REGISTRY.get(TRAINER_MODE) is not cls:
+        register_trainer(TRAINER_MODE)(cls)
+
+
+__all__ = ["STATE_FILE", "V05TrainerMixin", "register_trainer_mode", "step_metrics", "trainer_class"]
