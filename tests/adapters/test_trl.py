@@ -320,3 +320,21 @@ def test_trl_rollouts_per_s_runs(tmp_path):
     assert out["steps"] == 2 and out["rollouts"] == 2 * N_PROMPTS * K
     assert out["seconds"] > 0 and out["rollouts_per_s"] > 0
     assert all(torch.equal(b, a) for b, a in zip(before, model.parameters(), strict=True))
+
+
+def test_trl_contract_the_private_methods_the_adapter_wraps():
+    """The adapter wraps TRL 1.16's private GRPOTrainer._calculate_rewards and _generate_and_score_completions and
+    reads the output dict's "advantages" and the config's scale_rewards / num_generations: pin their presence and
+    signatures so a TRL upgrade that moves them fails here, not silently in training."""
+    import inspect
+
+    import trl
+
+    calc = inspect.signature(trl.GRPOTrainer._calculate_rewards)
+    assert list(calc.parameters)[:2] == ["self", "inputs"]
+    gen = inspect.signature(trl.GRPOTrainer._generate_and_score_completions)
+    assert list(gen.parameters)[:2] == ["self", "inputs"]
+    src = inspect.getsource(trl.GRPOTrainer._generate_and_score_completions)
+    assert '"advantages"' in src and "_calculate_rewards" in src
+    fields = trl.GRPOConfig.__dataclass_fields__
+    assert {"scale_rewards", "num_generations", "multi_objective_aggregation"} <= set(fields)
