@@ -24,4 +24,9 @@ def from_pm1(x: FloatArray, reward_range: RewardRange) -> FloatArray:
     return x if reward_range == "pm1" else (x + 1.0) / 2.0
 
 
-__all__ = ["RewardRange", "from_pm1", "to_pm1"]
+def to_pass_rate(x: FloatArray, reward_range: RewardRange) -> FloatArray:
+    """Map values on the declared reward scale to pass rates in [0, 1] (p = (v + 1)/2 in ±1 space)."""
+    return (to_pm1(x, reward_range) + 1.0) / 2.0
+
+
+__all__ = ["RewardRange", "from_pm1", "to_pass_rate", "to_pm1"]

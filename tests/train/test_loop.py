@@ -162,3 +162,17 @@ def test_vllm_engine_without_a_gpu_is_a_clear_error(tmp_path, tiny_overrides):
     cfg = load_config(None, [*tiny_overrides, "generation.engine=vllm"])
     with pytest.raises(ValueError, match="CUDA"):
         train(cfg, tmp_path / "run")
+
+
+def test_value_quality_hand_case_and_prior_runs_log_it(tmp_path, tiny_overrides):
+    """p̂ = (0.2, 0.8, 0.5) against p = (0, 1, 0.5): MAE (0.2 + 0.2 + 0)/3, Pearson r = 1 (p̂ = 0.2 + 0.6p), AUC for
+    p ≥ 0.5 = 1. A run with a prior logs value/mae, value/corr, value/auc for the prior's predictions every step."""
+    from v05.train.evaluation import value_quality
+
+    q = value_quality(np.array([0.2, 0.8, 0.5]), np.array([0.0, 1.0, 0.5]))
+    assert q["value/mae"] == pytest.approx(0.4 / 3) and q["value/corr"] == pytest.approx(1.0) and q["value/auc"] == 1
+    cfg = load_config(None, [*tiny_overrides, "estimator.name=v05", "prior.name=running_mean",
+                             "estimator.options={scale: none}"])  # fmt: skip
+    train(cfg, tmp_path / "run")
+    rows = [r for r in rows_of(tmp_path / "run") if r["step"] > 0]
+    assert all("value/mae" in r and 0 <= r["value/mae"] <= 1 for r in rows)

@@ -11,6 +11,36 @@ from v05.train.config import TrainConfig
 from v05.train.state import Counters
 
 
+def group_pass_rates(rewards: np.ndarray, group: np.ndarray, reward_range: str) -> np.ndarray:
+    """(G,) observed pass rate of each group from its rewards on the run's scale."""
+    from v05.groups import segment_mean  # noqa: PLC0415
+    from v05.rewards import to_pass_rate  # noqa: PLC0415
+
+    return segment_mean(to_pass_rate(np.asarray(rewards, np.float64), reward_range), group)  # type: ignore[arg-type]
+
+
+def value_quality(predicted: np.ndarray, observed: np.ndarray) -> dict[str, float]:
+    r"""How well a value estimate made before the rollouts matched the step's outcomes (the POISE paper's analysis).
+
+        value/mae = mean |p̂_g − p_g|,   value/corr = Pearson r(p̂, p),   value/auc = AUC(p̂ for 1[p_g ≥ 0.5])
+
+    Args:
+        predicted: (G,) predicted pass rates in [0, 1] (prior, probe or critic) for the step's groups.
+        observed: (G,) the groups' observed pass rates.
+
+    Returns:
+        The three numbers (NaN where undefined: fewer than 2 groups, a constant input, or one class only).
+    """
+    from v05.priors.base import auc_score  # noqa: PLC0415
+
+    p, o = np.asarray(predicted, np.float64), np.asarray(observed, np.float64)
+    if len(p) < 2:
+        return {"value/mae": float(np.mean(np.abs(p - o))) if len(p) else float("nan"),
+                "value/corr": float("nan"), "value/auc": float("nan")}  # fmt: skip
+    corr = float(np.corrcoef(p, o)[0, 1]) if p.std() > 0 and o.std() > 0 else float("nan")
+    return {"value/mae": float(np.mean(np.abs(p - o))), "value/corr": corr, "value/auc": auc_score(p, o >= 0.5)}
+
+
 def step_metrics(
     cfg: TrainConfig,
     c: Counters,
@@ -23,6 +53,7 @@ def step_metrics(
     rollouts_all: Any,
     provider: Any,
     timing: dict[str, float],
+    value_g: np.ndarray | None = None,
 ) -> dict[str, Any]:
     """One metrics.jsonl row.
 
@@ -76,6 +107,8 @@ def step_metrics(
     if provider is not None:
         cal = provider.calibration()
         row |= {"prior/tau2": cal.tau2, "prior/auc": cal.auc, "prior/n0": cal.n0, "prior/n": cal.n}
+    if value_g is not None and len(rewards):
+        row |= value_quality(value_g, group_pass_rates(rewards, group, cfg.train.reward_range))
     row |= upd
     row |= {f"time/{k}": v for k, v in timing.items()}
     return row
@@ -96,4 +129,4 @@ def evaluate(cfg: TrainConfig, model: Any, tokenizer: Any, task: Any, held_out: 
     return out
 
 
-__all__ = ["evaluate", "step_metrics"]
+__all__ = ["evaluate", "group_pass_rates", "step_metrics", "value_quality"]

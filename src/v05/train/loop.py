@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from v05.rewards import to_pass_rate
 from v05.train.checkpoint import checkpoint_step, export_policy, restore_state, save_state
 from v05.train.config import TrainConfig, to_yaml
 from v05.train.evaluation import evaluate, step_metrics
@@ -224,7 +225,10 @@ def train(
             c.prompts_total += int(sampled.size)
             c.verifier_failures += sum(s.failures for s in scores)
             c.wall_time = time.perf_counter() - started
-            row = step_metrics(cfg, c, alloc, rewards, group, est, upd, scores, rollouts_all, provider, timing)
+            value_g = None if prior_v is None else to_pass_rate(prior_v[kept_pool], cfg.train.reward_range)
+            row = step_metrics(
+                cfg, c, alloc, rewards, group, est, upd, scores, rollouts_all, provider, timing, value_g=value_g
+            )
             row["time/step"] = time.perf_counter() - t_step
             if _eval_due(cfg, c):
                 row |= evaluate(cfg, model, tokenizer, task, held_out, held_texts)
