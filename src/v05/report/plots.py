@@ -172,6 +172,19 @@ def _draw_zero(fig: Any, groups: dict[str, list[Run]], colors: dict[str, str], t
     return notes
 
 
+def _draw_value(fig: Any, groups: dict[str, list[Run]], colors: dict[str, str], target: float | None) -> list[str]:
+    """Value-estimate quality (prior, probe or critic) against each step's observed group pass rates."""
+    notes = []
+    for ax, key, title in zip(
+        fig.subplots(1, 2), ("value/mae", "value/auc"), ("MAE |p̂ − p| per group", "AUC of p̂ for p ≥ 0.5"), strict=True
+    ):
+        notes += _draw_curves(ax, groups, colors, "step", key, smooth=SMOOTH_WINDOW)
+        ax.set_xlabel("step")
+        ax.set_ylabel(f"{key} (moving average of {SMOOTH_WINDOW} steps)")
+        ax.set_title(title)
+    return notes
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class _Spec:
     filename: str
@@ -241,6 +254,15 @@ SPECS = (
         caption="Fraction of groups whose advantages are all zero, and of groups whose rewards are all equal.",
         needs=(("step", "zero_adv_frac"), ("step", "all_equal_frac")),
         draw=_draw_zero,
+        size=(12.0, 4.8),
+    ),
+    _Spec(
+        filename="value_quality.png",
+        title="Value-estimate quality",
+        caption="The method's value estimate made before the rollouts (prior, probe or critic) against the step's "
+        "observed group pass rates, as in the POISE paper's analysis.",
+        needs=(("step", "value/mae"), ("step", "value/auc")),
+        draw=_draw_value,
         size=(12.0, 4.8),
     ),
 )
