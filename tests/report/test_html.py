@@ -13,6 +13,8 @@ FULL = {
     "k_hist": [0, 0, 1, 3, 12],
     "zero_adv_frac": 0.2,
     "all_equal_frac": 0.3,
+    "value/mae": 0.3,
+    "value/auc": 0.7,
 }
 
 
@@ -31,12 +33,13 @@ def test_report_is_self_contained_with_table_and_figures(tmp_path):
     path = write_report(_runs(tmp_path, extra=FULL), out, title="demo")
     page = path.read_text()
     assert path == out / "report.html"
-    assert page.count("data:image/png;base64,") == 8
+    assert page.count("data:image/png;base64,") == 9
     assert '<table class="summary">' in page and "grpo4 (reference)" in page and "0.400 ± 0.000" in page
     assert "Equal rollouts consumed" in page and "not drawn" not in page
     for name in ("eval_vs_rollouts", "eval_vs_steps", "eval_vs_wall_time", "train_pass_rate", "grad_norm", "entropy"):
         assert (out / f"{name}.png").stat().st_size > 1000
     assert (out / "rollouts_per_prompt.png").is_file() and (out / "zero_adv.png").is_file()
+    assert (out / "value_quality.png").is_file()
     summary = json.loads((out / "summary.json").read_text())
     assert [r["method"] for r in summary] == ["grpo4", "v05"] and summary[0]["is_reference"]
 
