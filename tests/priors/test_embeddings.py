@@ -122,3 +122,24 @@ def test_embeddings_module_does_not_import_the_v0_checkpoint_module():
     assert not {"v05.priors.v0_checkpoint", "v05.priors.backends"} & imported(embeddings)
     assert "v05.priors.backends" not in imported(v0_checkpoint)
     assert backends.BACKENDS["v0_adapter"] is v0_checkpoint.V0AdapterBackend
+
+
+def test_volatile_backends_are_never_cached():
+    """A backend marked volatile (the live policy's features) is re-encoded on every call: a change in the encoder
+    shows at once, where a cached backend would serve the old rows."""
+
+    class Counter:
+        id = "counter"
+        truncated = 0
+        cacheable = False
+        volatile = True
+        scale = 1.0
+
+        def encode(self, texts):
+            return np.array([[self.scale * len(t)] for t in texts])
+
+    backend = Counter()
+    emb = Embedder(backend=backend, cache_dir=False)
+    np.testing.assert_allclose(emb.embed(["ab", "abc", "ab"]), [[2.0], [3.0], [2.0]])
+    backend.scale = 10.0
+    np.testing.assert_allclose(emb.embed(["ab"]), [[20.0]])

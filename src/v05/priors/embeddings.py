@@ -283,7 +283,19 @@ class Embedder:
         return self.backend.truncated
 
     def embed(self, texts: Sequence[str]) -> FloatArray:
-        """(Q, D) float64 embeddings of ``texts`` (duplicates and cached prompts are encoded once)."""
+        """(Q, D) float64 embeddings of ``texts`` (duplicates and cached prompts are encoded once).
+
+        A backend marked ``volatile`` (its encoder changes over time, e.g. the policy's own hidden states) is never
+        cached: every call encodes its distinct texts afresh.
+        """
+        if getattr(self.backend, "volatile", False):
+            uniq = list(dict.fromkeys(texts))
+            self.misses += len(uniq)
+            if not uniq:
+                return np.zeros((0, 0))
+            rows = np.asarray(self.backend.encode(uniq), np.float64)
+            where = {t: i for i, t in enumerate(uniq)}
+            return rows[[where[t] for t in texts]]
         self._load_disk()
         keys = [text_key(t) for t in texts]
         todo: dict[str, str] = {k: t for k, t in zip(keys, texts, strict=False) if k not in self.memory_}
