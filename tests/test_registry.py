@@ -28,6 +28,8 @@ def test_every_estimator_runs_in_both_ranges(name):
             kw["mu"] = prior
         if spec.keyed:
             kw["prompt_ids"] = ["p0", "p1"]
+        if spec.needs_values:
+            kw["values"] = np.asarray(prior)[G]
         a = v05.compute_advantages(name, r, G, reward_range=rr, **kw)
         assert a.shape == (4,) and np.all(np.isfinite(a))
 

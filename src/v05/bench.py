@@ -97,6 +97,8 @@ def bench_core(
             kw["mu"] = prior
         if spec.keyed:
             kw["prompt_ids"] = np.arange(n_groups)
+        if spec.needs_values:
+            kw["values"] = prior[group]  # per-rollout values on the ±1 scale
         rows[name] = best_time(lambda name=name, kw=kw: estimate(name, rewards, group, **kw), repeats)
     anchors: dict[str, float | None] = {
         "numpy_grpo": best_time(lambda: numpy_grpo(rewards, group), repeats),

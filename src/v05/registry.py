@@ -17,7 +17,7 @@ from v05.allocation import Allocator, DynamicSampling, Fixed
 from v05.allocation.dps import DPS
 from v05.allocation.osla import OSLA
 from v05.allocation.sara import SARA
-from v05.estimators import Estimate, dbb, drgrpo, grpo, oracle, reinforce_pp_baseline, rloo, v05, v05_eb
+from v05.estimators import Estimate, dbb, drgrpo, grpo, oracle, poise, reinforce_pp_baseline, rloo, v05, v05_eb
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +30,7 @@ class EstimatorSpec:
         needs_truth: it takes ``mu=`` (true values; simulation only).
         stateful: it takes ``state=`` and returns the next state in ``Estimate.state``.
         keyed: it requires ``prompt_ids=`` (G,), stable prompt keys for its per-prompt state.
+        needs_values: it takes ``values=`` (N,) per-rollout value predictions (``poise``'s probe).
     """
 
     fn: Callable[..., Estimate]
@@ -37,6 +38,7 @@ class EstimatorSpec:
     needs_truth: bool = False
     stateful: bool = False
     keyed: bool = False
+    needs_values: bool = False
 
     @property
     def options(self) -> tuple[str, ...]:
@@ -54,6 +56,7 @@ ESTIMATORS: dict[str, EstimatorSpec] = {
     "v05": EstimatorSpec(v05, uses_prior=True),
     "v05_eb": EstimatorSpec(v05_eb, uses_prior=True, stateful=True),
     "oracle": EstimatorSpec(oracle, needs_truth=True),
+    "poise": EstimatorSpec(poise, needs_values=True),
 }
 
 

@@ -12,7 +12,7 @@ def data():
     return load_v0()
 
 
-@pytest.mark.parametrize("name", list(PROVIDERS))
+@pytest.mark.parametrize("name", [n for n, cls in PROVIDERS.items() if not getattr(cls, "needs_policy", False)])
 def test_predict_rows_contract(data, name):
     """Every provider returns (R,) scores in [−1, 1] with positive τ² and n0 = σ̄²/τ² for the train rows."""
     rows = data.queries["train"]
@@ -59,3 +59,9 @@ def test_bundled_targets_with_minilm(data):
     for name, pooled in [("history", False), ("v0", False), ("combined", False), ("combined", True)]:
         pred = predict_rows_online(data, rows, name, pooled=pooled)
         assert np.mean((pred.mean - rows.score) ** 2) <= base + 0.01, (name, pooled)
+
+
+def test_probe_prior_needs_a_policy_offline(data):
+    """The probe prior reads a live policy's hidden states; on V0 data (no policy) it refuses with the reason."""
+    with pytest.raises(ValueError, match="policy's hidden states"):
+        predict_rows(data, data.queries["train"], "probe")

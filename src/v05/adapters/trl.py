@@ -159,6 +159,11 @@ class V05GRPOConfig(trl.GRPOConfig):
         spec = get_estimator(self.v05_estimator)
         if spec.needs_truth:
             raise ValueError(f"v05_estimator={self.v05_estimator!r} needs the true pass rates (simulation only)")
+        if spec.needs_values:
+            raise ValueError(
+                f"v05_estimator={self.v05_estimator!r} needs per-rollout probe values from the policy's hidden states; "
+                "use v05's trainer (estimator.name=poise)"
+            )
         self._check_options(spec)
         if self.v05_prior is not None and self.v05_prior not in PROVIDERS:
             raise ValueError(f"unknown v05_prior {self.v05_prior!r}; valid: {', '.join(PROVIDERS)}, or None")

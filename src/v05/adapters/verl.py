@@ -79,8 +79,11 @@ def verl_name(estimator: str) -> str:
     return estimator if estimator.startswith("v05") else f"v05_{estimator}"
 
 
-VERL_ESTIMATORS: dict[str, str] = {verl_name(n): n for n, spec in ESTIMATORS.items() if not spec.needs_truth}
-"""verl name → v05 estimator (``oracle`` is left out: it needs the true pass rates)."""
+VERL_ESTIMATORS: dict[str, str] = {
+    verl_name(n): n for n, spec in ESTIMATORS.items() if not (spec.needs_truth or spec.needs_values)
+}
+"""verl name → v05 estimator (``oracle`` is left out: it needs the true pass rates; ``poise``: per-rollout probe
+values from the actor's hidden states, which a registered verl estimator does not receive)."""
 
 
 def check_verl_version(version: str | None = None) -> None:

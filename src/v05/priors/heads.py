@@ -317,9 +317,16 @@ HEADS = {
     "logistic_hard": lambda **kw: LogisticHead(hard=True, **kw),
     "tabpfn": TabPFNHead,
     "v0_tabpfn": lambda **kw: _v0_tabpfn(**kw),
+    "pca_ridge": lambda **kw: _pca_ridge(**kw),
 }
 """Head name → factory(**options). ``v0_tabpfn`` is TabPFN configured as the released V0 runs it
 (:class:`v05.priors.v0_official.V0TabPFNHead`; imported when built)."""
+
+
+def _pca_ridge(**options: object) -> Head:
+    from v05.value.probe import PcaRidgeHead  # noqa: PLC0415 (value.probe imports heads)
+
+    return PcaRidgeHead(**options)  # type: ignore[arg-type]
 
 
 def _v0_tabpfn(**options: object) -> Head:

@@ -225,6 +225,39 @@ class V0Provider(EmbeddingProvider):
         return CalibrationRows() if fit is None else fit[4]
 
 
+@dataclass(kw_only=True)
+class ProbeProvider(V0Provider):
+    """The policy's own value estimate (ours): a PCA → ridge probe on its prompt representation, refit each step.
+
+    The "embedding" of a prompt is the live policy's hidden state (layer L, mean of the last prompt tokens; one
+    prefill, :class:`v05.train.features.PolicyFeatureBackend`), so it changes with every update and is never cached.
+    Like ``v0`` it keeps the latest (prompt, score) pairs of the current policy, fits the head on them (re-embedded
+    with the current weights), predicts before any rollout, and reports its online calibration (τ², AUC, n0), so
+    ``v05_eb`` and OSLA can use the policy's self-estimate as prior. The trainer binds the policy with
+    :meth:`bind_policy` (``prior.name=probe``); the provider cannot embed before that.
+    """
+
+    name = "probe"
+    needs_policy = True  # offline evaluation on V0 data cannot run it (no policy to read)
+    backend: str = "policy"
+    head: str = "pca_ridge"
+
+    def bind_policy(self, backend: object) -> None:
+        """Use ``backend`` (a volatile policy-feature backend) as the embedder."""
+        self.embedder = Embedder(backend=backend, cache_dir=False)  # type: ignore[arg-type]
+
+    def _embedder(self) -> Embedder:
+        if self.embedder is None:
+            raise ValueError(
+                "the probe prior reads the policy's hidden states: it is bound by the trainer (v05 train prior.name="
+                "probe); elsewhere call bind_policy(PolicyFeatureBackend(model=..., tokenizer=...)) first"
+            )
+        return self.embedder
+
+    def prefetch(self, texts: Sequence[str]) -> None:
+        """Nothing to precompute: the features change with every update."""
+
+
 @dataclass(slots=True)
 class _CombinedFit:
     """A fitted residual model: one head per feature set, their stacking weights β, and the CV rows."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from v05.priors.incontext import CombinedProvider, V0Provider
+from v05.priors.incontext import CombinedProvider, ProbeProvider, V0Provider
 from v05.priors.providers import BaseProvider, HistoryProvider, RunningMeanProvider
 
 PROVIDERS: dict[str, type[BaseProvider]] = {
@@ -10,10 +10,11 @@ PROVIDERS: dict[str, type[BaseProvider]] = {
     "history": HistoryProvider,
     "v0": V0Provider,
     "combined": CombinedProvider,
+    "probe": ProbeProvider,
 }
 """Provider name → class (constructed with keyword options)."""
 
-EMBEDDING_PROVIDERS = ("v0", "combined")
+EMBEDDING_PROVIDERS = ("v0", "combined")  # the offline evaluation can embed these (probe needs a policy)
 
 
 def make_provider(name: str, **options: object) -> BaseProvider:

@@ -76,6 +76,11 @@ def _estimator_spec(text: str) -> Spec:
     )
     if spec.value is not None or bad:
         raise ValueError(f"bad estimator {text!r}: options are key=value from: {', '.join(es.options) or 'none'}")
+    if es.needs_values:
+        raise ValueError(
+            f"estimator {spec.name!r} needs per-rollout probe values from a policy's hidden states; the simulator has "
+            "no policy (train it with `v05 train estimator.name=poise`)"
+        )
     return spec
 
 

@@ -23,8 +23,13 @@ def save_state(
     est_state: Any,
     alloc_state: Any,
     provider: Any,
+    method: Any = None,
 ) -> None:
-    """Write a checkpoint of the full training state after step ``c.step`` (atomic; see :mod:`v05.train.rundir`)."""
+    """Write a checkpoint of the full training state after step ``c.step`` (atomic; see :mod:`v05.train.rundir`).
+
+    A value method's state goes with the tensors when it holds tensors (PPO's critic), else into state.json (POISE's
+    probe and buffer, JSON).
+    """
     import torch  # noqa: PLC0415
     from safetensors.torch import save_model  # noqa: PLC0415
 
@@ -45,6 +50,8 @@ def save_state(
         "allocator": state_to_json(alloc_state),
         "provider": provider.state_dict() if provider is not None else None,
     }
+    if method is not None:
+        (tensors if hasattr(method, "critic") else state)["method"] = method.state_dict()
     save_checkpoint(run_dir, c.step, write_policy=write_policy, tensors=tensors, state=state,
                     keep=cfg.run.keep_checkpoints)  # fmt: skip
 

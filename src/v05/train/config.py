@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from v05.engines.hf import GenerationConfig
+from v05.train.critic import CriticConfig
+from v05.train.features import FeatureConfig
 from v05.train.loss import LossConfig
 from v05.train.policy import PolicyConfig
 from v05.train.sft import SFTConfig
@@ -95,6 +97,30 @@ class PriorConfig:
     feed_n0: bool = True
     """give ``v05_eb`` (and OSLA's eb_guard test) the provider's calibrated n0 per prompt; False: v05_eb uses its own
     online τ² state."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PoiseConfig:
+    """POISE's probe (``estimator.name=poise``; arXiv 2605.07579).
+
+    The released recipe for Qwen3-4B: layer 19, 10 + 10 tokens, PCA 32/64, ridge α 100, 4,096 buffer rows, 16 RLOO
+    bootstrap steps.
+    """
+
+    features: FeatureConfig = field(default_factory=FeatureConfig)
+    """which hidden layer and how many last prompt/response tokens make the features."""
+    pca_prompt: int = 32
+    """PCA components of the prompt feature (clamped to rows and width)."""
+    pca_response: int = 64
+    """PCA components of the response feature."""
+    alpha: float = 100.0
+    """ridge regularisation."""
+    buffer_rows: int = 4096
+    """FIFO buffer of whole groups the probe is refit on after every step."""
+    bootstrap_steps: int = 16
+    """the first steps use RLOO advantages while the buffer fills."""
+    seed: int = 42
+    """PCA seed (randomised SVD)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -206,6 +232,8 @@ class TrainConfig:
     loss: LossConfig = field(default_factory=LossConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     train: LoopConfig = field(default_factory=LoopConfig)
+    poise: PoiseConfig = field(default_factory=PoiseConfig)
+    critic: CriticConfig = field(default_factory=CriticConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     run: RunConfig = field(default_factory=RunConfig)
 
@@ -308,7 +336,7 @@ def quick_config(cfg: TrainConfig) -> TrainConfig:
 
 def check_config(cfg: TrainConfig) -> None:
     """Check values and how the parts fit together; raise ValueError naming the field and how to fix it."""
-    from v05.registry import ALLOCATORS, get_estimator  # noqa: PLC0415 (numpy-only core)
+    from v05.registry import get_estimator  # noqa: PLC0415 (numpy-only core)
 
     def need(ok: bool, where: str, msg: str) -> None:
         if not ok:
@@ -329,18 +357,32 @@ def check_config(cfg: TrainConfig) -> None:
     if tr.overlong.enabled:
         need(0 < tr.overlong.buffer <= cfg.generation.max_new_tokens, "train.overlong.buffer",
              f"must lie in [1, generation.max_new_tokens={cfg.generation.max_new_tokens}]")  # fmt: skip
-    # estimator: a registered name, options it knows, a prior when it needs one
+    # estimator: a registered name (or the trainer's own gae), options it knows, a prior when it needs one
+    if cfg.estimator.name == "gae":
+        need(not cfg.estimator.options, "estimator.options", "gae takes its options from critic.* (gamma, lam, ...)")
+        need(cfg.allocator.name != "osla", "allocator.name",
+             "gae's advantages come from the critic; OSLA's prior test does not apply")  # fmt: skip
+        _check_rest(cfg, need)
+        return
     try:
         spec = get_estimator(cfg.estimator.name)
     except ValueError as err:
         raise ValueError(f"estimator.name: {err}") from None
-    loop_owned = {"state", "prior", "mu", "prompt_ids", "reward_range", "step", "n0"}
+    loop_owned = {"state", "prior", "mu", "prompt_ids", "reward_range", "step", "n0", "values"}
     bad = sorted(set(cfg.estimator.options) - (set(spec.options) - loop_owned))
     need(not bad, "estimator.options", f"unknown or loop-owned option(s) {', '.join(bad)}; valid: "
          f"{', '.join(sorted(set(spec.options) - loop_owned))}")  # fmt: skip
     need(not spec.needs_truth, "estimator.name", f"{cfg.estimator.name!r} needs the true values (simulation only)")
     need(not spec.uses_prior or cfg.prior.name is not None, "prior.name",
          f"estimator {cfg.estimator.name!r} fuses a prior: set prior.name (e.g. v0, combined)")  # fmt: skip
+    _check_rest(cfg, need)
+
+
+def _check_rest(cfg: TrainConfig, need: Any) -> None:
+    """The checks every estimator shares: allocator, prior, task."""
+    from v05.registry import ALLOCATORS  # noqa: PLC0415
+
+    tr = cfg.train
     # allocator: a registered name with valid options (batch_size is the loop's)
     need(cfg.allocator.name in ALLOCATORS, "allocator.name",
          f"unknown allocator {cfg.allocator.name!r}; valid: {', '.join(ALLOCATORS)}")  # fmt: skip
@@ -372,6 +414,7 @@ __all__ = [
     "LoopConfig",
     "OptimConfig",
     "OverlongConfig",
+    "PoiseConfig",
     "PriorConfig",
     "RunConfig",
     "TaskConfig",

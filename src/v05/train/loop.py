@@ -47,6 +47,7 @@ from v05.train.step import (
     update_policy,
     update_prior,
 )
+from v05.train.value import CriticMethod, PoiseMethod, make_value_method
 
 logger = logging.getLogger(__name__)
 
@@ -140,9 +141,10 @@ def train(
     engine = _engine(cfg, model, tokenizer)
     optimizer, scheduler = _optimizer(cfg, model)
     reference = _reference_model(cfg, model)
-    provider = _provider(cfg)
+    provider = _provider(cfg, model, tokenizer)
     if provider is not None:
         provider.prefetch(texts)  # the pool's embeddings, once: steps only look them up
+    method = make_value_method(cfg, model)  # POISE's probe or PPO's critic; None for the registry's estimators
     queue = _queue(cfg, len(pool))
     est_state: Any = None
     alloc_state: Any = None
@@ -156,6 +158,8 @@ def train(
         est_state, alloc_state = state_from_json(state["estimator"]), state_from_json(state["allocator"])
         if provider is not None:
             provider.load_state_dict(state["provider"])
+        if method is not None:
+            method.load_state_dict(state["method"] if "method" in state else tensors["method"])
         logger.info("resumed %s at step %d (%d rollouts)", run_dir, c.step, c.rollouts_total)
     metrics = MetricsLog(run_dir, resume_step=c.step if ckpt is not None else None, tensorboard=cfg.run.tensorboard)
     stop = _Stop()
@@ -165,7 +169,8 @@ def train(
 
     def save() -> None:
         c.wall_time = time.perf_counter() - started
-        save_state(cfg, run_dir, c, model, optimizer, scheduler, engine, queue, est_state, alloc_state, provider)
+        save_state(cfg, run_dir, c, model, optimizer, scheduler, engine, queue, est_state, alloc_state, provider,
+                   method)  # fmt: skip
 
     try:
         if c.step == 0 and cfg.eval.at_start and ckpt is None:
@@ -195,20 +200,35 @@ def train(
             rewards, group, kept_pool = alloc.loss_batch()  # (N,), (N,), (G,) kept rollouts in draw order
             kept_rollouts = rollouts_all.select(alloc.kept[alloc.prompt])
 
-            # 3. advantages from the registered estimator (its state carried across steps)
+            # 3. advantages: the registered estimator (its state carried across steps), POISE's probe or the critic
             shaped = shape_rewards(cfg, rewards, kept_rollouts)
-            est = None
-            if len(rewards):
+            est, advantages, value_g, extra, targets = None, None, None, {}, None
+            if prior_v is not None:
+                value_g = to_pass_rate(prior_v[kept_pool], cfg.train.reward_range)  # the prior's value per group
+            if len(rewards) and isinstance(method, PoiseMethod):
+                est, kept_rollouts, value_g, extra = method.estimate(
+                    cfg, step, model, tokenizer, kept_rollouts, shaped, group, keys[idx[kept_pool]]
+                )
+            elif len(rewards) and isinstance(method, CriticMethod):
+                advantages, est, value_g, targets = method.estimate(cfg, kept_rollouts, shaped, group)
+            elif len(rewards):
                 est, est_state = estimate_advantages(
                     cfg, step, shaped, group, kept_pool, idx, keys, prior_v, n0, est_state
                 )
             timing["estimate"] += time.perf_counter() - t0 - timing["generate"] - timing["verify"]
 
-            # 4. the policy update (ppo_epochs × micro-batches)
+            # 4. the policy update (ppo_epochs × micro-batches); a separate critic learns after it
             t0 = time.perf_counter()
             upd = {}
             if est is not None:
-                upd = update_policy(cfg, model, reference, optimizer, scheduler, kept_rollouts, group, est)
+                head = method.head_terms(cfg, kept_rollouts, targets) if isinstance(method, CriticMethod) else None
+                upd = update_policy(
+                    cfg, model, reference, optimizer, scheduler, kept_rollouts, group,
+                    est.advantages if advantages is None else advantages, value_terms=head,
+                    value_optimizer=None if head is None else method.critic.optimizer,
+                )  # fmt: skip
+                if isinstance(method, CriticMethod):
+                    upd |= method.update(cfg, kept_rollouts, targets)
                 _sync(engine, model)  # an engine with its own copy of the weights (vLLM) follows the update
             timing["update"] += time.perf_counter() - t0
 
@@ -225,10 +245,10 @@ def train(
             c.prompts_total += int(sampled.size)
             c.verifier_failures += sum(s.failures for s in scores)
             c.wall_time = time.perf_counter() - started
-            value_g = None if prior_v is None else to_pass_rate(prior_v[kept_pool], cfg.train.reward_range)
             row = step_metrics(
-                cfg, c, alloc, rewards, group, est, upd, scores, rollouts_all, provider, timing, value_g=value_g
-            )
+                cfg, c, alloc, rewards, group, est, upd | extra, scores, rollouts_all, provider, timing,
+                value_g=value_g,
+            )  # fmt: skip
             row["time/step"] = time.perf_counter() - t_step
             if _eval_due(cfg, c):
                 row |= evaluate(cfg, model, tokenizer, task, held_out, held_texts)
@@ -320,12 +340,18 @@ def _reference_model(cfg: TrainConfig, model: Any) -> Any:
     return ref
 
 
-def _provider(cfg: TrainConfig) -> Any:
+def _provider(cfg: TrainConfig, model: Any, tokenizer: Any) -> Any:
+    """The prior provider; the ``probe`` prior is bound to the live policy's hidden states."""
     if cfg.prior.name is None:
         return None
     from v05.priors import make_provider  # noqa: PLC0415
 
-    return make_provider(cfg.prior.name, **cfg.prior.options)
+    provider = make_provider(cfg.prior.name, **cfg.prior.options)
+    if hasattr(provider, "bind_policy"):
+        from v05.train.features import PolicyFeatureBackend  # noqa: PLC0415
+
+        provider.bind_policy(PolicyFeatureBackend(model=model, tokenizer=tokenizer, config=cfg.poise.features))
+    return provider
 
 
 def _queue(cfg: TrainConfig, n: int) -> Any:

@@ -165,15 +165,31 @@ def update_policy(
     scheduler: Any,
     rollouts: Any,
     group: np.ndarray,
-    est: Any,
+    advantages: Any,
+    *,
+    value_terms: Callable[[np.ndarray, Any], Any] | None = None,
+    value_optimizer: Any = None,
 ) -> dict[str, float]:
-    """ppo_epochs optimizer steps over the kept rollouts, each accumulating micro-batch gradients."""
+    """ppo_epochs optimizer steps over the kept rollouts, each accumulating micro-batch gradients.
+
+    Args:
+        cfg: the run's config.
+        model: the policy.
+        reference: the frozen reference model for the KL term, or None.
+        optimizer: the policy's AdamW.
+        scheduler: its learning-rate schedule.
+        rollouts: (N) the kept rollouts (old log-probs included).
+        group: (N,) group of each rollout (the shared-prefix forward runs each group's prompt once).
+        advantages: (N,) per-rollout or (N, R) per-token advantages (a critic's GAE).
+        value_terms: a value-head loss (rows, LossNorm) → scalar added to the policy's loss (PPO ``head`` mode).
+        value_optimizer: steps the value head after each policy step (``head`` mode).
+    """
     import torch  # noqa: PLC0415
 
     from v05.train.loss import loss_norm, policy_loss  # noqa: PLC0415
 
     n = len(rollouts)
-    adv = torch.as_tensor(est.advantages, dtype=torch.float32)
+    adv = torch.as_tensor(advantages, dtype=torch.float32)  # (N,) or (N, R)
     mb = cfg.train.micro_batch_size
     chunks = [np.arange(i, min(i + mb, n)) for i in range(0, n, mb)]
     parts = [MicroBatch.of(rollouts, ch, group, share=cfg.train.share_prompt_prefix) for ch in chunks]
@@ -184,15 +200,19 @@ def update_policy(
     model.train()
     for _ in range(cfg.train.ppo_epochs):
         optimizer.zero_grad(set_to_none=True)
+        if value_optimizer is not None:
+            value_optimizer.zero_grad(set_to_none=True)
         for ch, part in zip(chunks, parts, strict=True):
             logp, entropy = part.logprobs(model, temp, with_entropy=True)
             ref_logp = None
             if reference is not None:
                 with torch.no_grad():
                     ref_logp, _ = part.logprobs(reference, temp, with_entropy=False)
-            terms = policy_loss(logp, part.old_logp, adv[ch], part.response_mask, config=cfg.loss, ref_logp=ref_logp,
+            adv_ch = adv[ch] if adv.ndim == 1 else adv[ch][:, : part.response_ids.shape[1]]  # (n,) or (n, R')
+            terms = policy_loss(logp, part.old_logp, adv_ch, part.response_mask, config=cfg.loss, ref_logp=ref_logp,
                                 entropy=entropy, norm=norm)  # fmt: skip
-            terms.loss.backward()
+            total = terms.loss if value_terms is None else terms.loss + value_terms(ch, norm)
+            total.backward()
             w = len(ch) / n
             for key, value in (("loss", terms.loss), ("pg_loss", terms.pg_loss), ("entropy", terms.entropy),
                                ("clip_frac", terms.clip_frac), ("kl", terms.kl), ("approx_kl", terms.approx_kl_old),
@@ -203,6 +223,8 @@ def update_policy(
         stats["grad_norm"].append(float(grad_norm))
         optimizer.step()
         scheduler.step()
+        if value_optimizer is not None:
+            value_optimizer.step()
     epochs = cfg.train.ppo_epochs
     out = {k: sum(v) / (epochs if k != "grad_norm" else len(v)) for k, v in stats.items() if v}
     out["lr"] = float(scheduler.get_last_lr()[0])
