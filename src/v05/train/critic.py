@@ -26,6 +26,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
+from v05.train.forward import check_sequences
 from v05.train.loss import AGG_MODES, AggMode, LossNorm, _aggregate, _token_mean
 
 CriticMode = Literal["head", "separate"]
@@ -338,15 +339,7 @@ class Critic:
         Raises:
             ValueError: mismatched shapes, empty prompts, or ``hidden_states`` in ``separate`` mode.
         """
-        if prompt_ids.shape != prompt_mask.shape or response_ids.shape != response_mask.shape:
-            raise ValueError(
-                f"ids and masks differ in shape: prompt {tuple(prompt_ids.shape)} vs {tuple(prompt_mask.shape)}, "
-                f"response {tuple(response_ids.shape)} vs {tuple(response_mask.shape)}"
-            )
-        if prompt_ids.ndim != 2 or response_ids.ndim != 2 or prompt_ids.shape[0] != response_ids.shape[0]:
-            raise ValueError(
-                f"need (N, P) prompts and (N, R) responses, got {tuple(prompt_ids.shape)}, {tuple(response_ids.shape)}"
-            )
+        check_sequences(prompt_ids, prompt_mask, response_ids, response_mask)
         (n, p), r = prompt_ids.shape, response_ids.shape[1]
         if p == 0:
             raise ValueError("prompts are empty (P = 0): the first response token has no position to be valued at")

@@ -19,7 +19,22 @@ import numpy as np
 import torch
 from transformers import PreTrainedModel
 
-__all__ = ["prefix_rows", "sequence_logprobs", "shared_prefix_logprobs"]
+__all__ = ["check_sequences", "prefix_rows", "sequence_logprobs", "shared_prefix_logprobs"]
+
+
+def check_sequences(
+    prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, response_ids: torch.Tensor, response_mask: torch.Tensor
+) -> None:
+    """Reject ids/masks that do not form (N, P) prompts and (N, R) responses of matching shapes (ValueError)."""
+    if prompt_ids.shape != prompt_mask.shape or response_ids.shape != response_mask.shape:
+        raise ValueError(
+            f"ids and masks differ in shape: prompt {tuple(prompt_ids.shape)} vs {tuple(prompt_mask.shape)}, "
+            f"response {tuple(response_ids.shape)} vs {tuple(response_mask.shape)}"
+        )
+    if prompt_ids.ndim != 2 or response_ids.ndim != 2 or prompt_ids.shape[0] != response_ids.shape[0]:
+        raise ValueError(
+            f"need (N, P) prompts and (N, R) responses, got {tuple(prompt_ids.shape)}, {tuple(response_ids.shape)}"
+        )
 
 
 def sequence_logprobs(
@@ -60,15 +75,7 @@ def sequence_logprobs(
     """
     if not temperature > 0:
         raise ValueError(f"temperature={temperature!r} must be > 0 (greedy rollouts are scored at T = 1)")
-    if prompt_ids.shape != prompt_mask.shape or response_ids.shape != response_mask.shape:
-        raise ValueError(
-            f"ids and masks differ in shape: prompt {tuple(prompt_ids.shape)} vs {tuple(prompt_mask.shape)}, "
-            f"response {tuple(response_ids.shape)} vs {tuple(response_mask.shape)}"
-        )
-    if prompt_ids.ndim != 2 or response_ids.ndim != 2 or prompt_ids.shape[0] != response_ids.shape[0]:
-        raise ValueError(
-            f"need (N, P) prompts and (N, R) responses, got {tuple(prompt_ids.shape)}, {tuple(response_ids.shape)}"
-        )
+    check_sequences(prompt_ids, prompt_mask, response_ids, response_mask)
     if prompt_ids.shape[1] == 0:
         raise ValueError("prompts are empty (P = 0): the first response token has no context to condition on")
     n, r = response_ids.shape
