@@ -104,3 +104,13 @@ def test_poise_predicts_with_the_previous_probe_then_refits(tmp_path, tiny_overr
     np.testing.assert_allclose(est.advantages, expected.advantages, atol=1e-10)
     after = method.probe.predict(feats.prompt, feats.response, feats.scalars)
     assert not np.allclose(after, v01)  # refit on this step's rows, after its advantages
+
+
+@pytest.mark.parametrize("config", ["demo-poise", "demo-ppo", "demo-v05-probe"])
+def test_packaged_value_configs_run_a_few_steps(tmp_path, tiny_overrides, config):
+    """The three packaged configs of this part (POISE at k = 2, PPO with a critic, v05_eb + OSLA + probe prior) run
+    a few steps on the tiny task with their methods unchanged (only the task, warm start and sizes shrunk)."""
+    cfg = load_config(config, [*tiny_overrides, "train.max_rollouts=null", "poise.bootstrap_steps=1"])
+    assert cfg.estimator.name in ("poise", "gae", "v05_eb")
+    res = train(cfg, tmp_path / "run")
+    assert res.steps == 3 and np.isfinite(res.eval_pass_rate)
