@@ -1,8 +1,8 @@
-"""Prepared GPU check of ``v05 train``: HF engine in bf16, the vLLM engine, the verl adapter's tests.
+"""Prepared GPU check of v05: ``v05 train`` in bf16, the vLLM engine, the priors' encoders, the verl adapter's tests.
 
 Usage (one CUDA GPU, from the repository root; see benchmarks/gpu/README.md for the packages to carry):
 
-    PYTHONUNBUFFERED=1 PYTHONPATH=src python3 benchmarks/gpu/check.py            # writes $OUT/gpu_check.json
+    PYTHONUNBUFFERED=1 PYTHONPATH=src python3 benchmarks/gpu/check.py   # writes $OUT (or benchmarks/results/gpu)
     PYTHONPATH=src python3 benchmarks/gpu/check.py --cpu-smoke --out /tmp/chk   # dry run of this script on CPU
 
 Parts (each in its own subprocess with a time limit, so a crash or a hang in one does not stop the others):
@@ -11,12 +11,18 @@ Parts (each in its own subprocess with a time limit, so a crash or a hang in one
 2. ``model``: a ~50 M-parameter Qwen2 causal LM over v05's char tokenizer, randomly initialised and saved locally
    (no hub), in bf16.
 3. ``hf_train``: ``v05 train`` in-process for ``--steps`` steps on the arithmetic task with the HF engine, the policy
-   in bf16 on CUDA; checks every loss and gradient norm is finite.
+   in bf16 on CUDA; checks every loss and gradient norm is finite and that the first PPO epoch's ratio is 1 ± 1e-3
+   at every token (max |ρ − 1|) with no clipping (old log-probs recomputed by the training forward,
+   ``train.recompute_old_logp=auto``); then the same run with ``recompute_old_logp=never`` reports the ratio and
+   clip fraction the recompute removes.
 4. ``vllm_engine``: if vllm imports — ``VLLMEngine`` on that model: rollout layout, vLLM's processed log-probs vs the
    policy's (T = 1, no truncation), and a weight sync after perturbing the policy (vLLM must follow the new weights).
 5. ``vllm_train``: if vllm imports and ``GenerationConfig`` has an ``engine`` field — part 3 with
    ``generation.engine=vllm``.
-6. ``verl``: if verl imports and ``tests/adapters/test_verl.py`` exists — that test file under pytest.
+6. ``priors``: the priors' torch paths on CUDA (formerly ``benchmarks/gpu_check.py``): a tiny random Qwen3 encoder
+   (``HFEncoderBackend``) in fp32 and bf16 against the CPU fp32 reference, and the V0 adapter stack
+   (``V0AdapterBackend``) on CUDA against CPU (max |Δ|, min cosine).
+7. ``verl``: if verl imports and ``tests/adapters/test_verl.py`` exists — that test file under pytest.
 
 A random policy scores ~0 on arithmetic, so GRPO's advantages are all 0; an entropy bonus (``loss.entropy_coef=0.01``)
 keeps the gradient non-zero, so part 3 checks the mechanics (sampling, scoring, the bf16 forward/backward, a real
@@ -43,7 +49,10 @@ import traceback
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-PART_LIMITS_S = {"hf_train": 150, "vllm_engine": 210, "vllm_train": 210, "verl": 120}
+PART_LIMITS_S = {"hf_train": 180, "vllm_engine": 210, "vllm_train": 210, "priors": 90, "verl": 120}
+RATIO_TOLERANCE = 1e-3
+"""|first-epoch ratio − 1| allowed in bf16 when the old log-probs come from the training forward."""
+DEFAULT_OUT = REPO / "benchmarks" / "results" / "gpu"
 """Wall-clock limit of each subprocess part (a part also never outlives the global ``--budget``)."""
 MODEL_SHAPES = {
     "gpu": {
@@ -144,8 +153,13 @@ def part_train(args: argparse.Namespace, engine: str | None) -> dict:
     losses = [row.get("loss") for row in rows]
     grads = [row.get("grad_norm") for row in rows]
     finite = all(v is not None and math.isfinite(v) for v in losses + grads) and all(g > 0 for g in grads)
+    ratios = [row.get("ratio_first_epoch") for row in rows]
+    devs = [row.get("ratio_max_dev_first_epoch") for row in rows]  # max over tokens of |ρ − 1|
+    clips = [row.get("clip_frac_first_epoch") for row in rows]
+    ratio_ok = all(d is not None and d <= RATIO_TOLERANCE for d in devs) and all(c == 0 for c in clips)
+    ok = finite and ratio_ok and result.steps == args.steps
     out = {
-        "status": "ok" if finite and result.steps == args.steps else "failed",
+        "status": "ok" if ok else "failed",
         "steps": result.steps,
         "rollouts": result.rollouts_total,
         "seconds": round(seconds, 2),
@@ -156,11 +170,23 @@ def part_train(args: argparse.Namespace, engine: str | None) -> dict:
         "step_seconds": [round(row.get("time/step", float("nan")), 3) for row in rows],
         "generate_seconds": [round(row.get("time/generate", float("nan")), 3) for row in rows],
         "update_seconds": [round(row.get("time/update", float("nan")), 3) for row in rows],
+        "ratio_first_epoch": ratios,
+        "ratio_max_dev_first_epoch": devs,
+        "clip_frac_first_epoch": clips,
+        "compute_total": rows[-1].get("compute_total") if rows else None,
     }
+    if engine is None and args.dtype != "float32":  # what the recompute removes: the engine's own old log-probs
+        base = load_config(None, [*train_overrides(args, engine), "train.recompute_old_logp=never"])
+        raw: list[dict] = []
+        train(base, Path(args.work) / "run-hf-no-recompute", log=raw.append)
+        out["without_recompute"] = {key: [r.get(key) for r in raw] for key in
+                                    ("ratio_first_epoch", "ratio_max_dev_first_epoch", "clip_frac_first_epoch")}
     if torch.cuda.is_available():
         out["max_memory_gb"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
     if not finite:
         out["reason"] = "a loss or gradient norm is missing, not finite, or the gradient is 0"
+    elif not ratio_ok:
+        out["reason"] = f"first-epoch max |ratio − 1| > {RATIO_TOLERANCE} or tokens clipped: {devs}, clip {clips}"
     return out
 
 
@@ -227,6 +253,53 @@ def part_vllm_engine(args: argparse.Namespace) -> dict:
     return out
 
 
+def part_priors(args: argparse.Namespace) -> dict:
+    """The priors' encoder backends on the device against the CPU fp32 reference (formerly gpu_check.py)."""
+    import numpy as np
+    import torch
+    import transformers
+
+    from v05.datasets import load_v0
+    from v05.priors.embeddings import HFEncoderBackend
+    from v05.priors.v0_checkpoint import AdapterConfig, V0AdapterBackend, build_adapter, save_adapter
+
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *[chr(c) for c in range(33, 127)]]
+    enc = Path(args.work) / "qwen3-encoder"
+    enc.mkdir(parents=True, exist_ok=True)
+    (enc / "vocab.txt").write_text("\n".join(vocab))
+    transformers.BertTokenizerFast(vocab_file=str(enc / "vocab.txt"), do_lower_case=False).save_pretrained(enc)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        config = transformers.Qwen3Config(vocab_size=len(vocab), pad_token_id=0, max_position_embeddings=4096,
+                                          hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                          num_attention_heads=4, num_key_value_heads=2, head_dim=16)  # fmt: skip
+        transformers.Qwen3Model(config).save_pretrained(enc, safe_serialization=True)
+
+    def compare(a: np.ndarray, b: np.ndarray) -> dict[str, float]:
+        cos = np.sum(a * b, 1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1) + 1e-12)
+        return {"max_abs_diff": float(np.max(np.abs(a - b))), "min_cosine": float(np.min(cos))}
+
+    ds = load_v0()
+    texts = ds.texts(ds.context.prompt_id[:64])
+    device = args.device
+    out: dict = {}
+    ref = HFEncoderBackend(path=str(enc), batch_size=32).encode(texts)
+    for dtype in ("float32", "bfloat16"):
+        got = HFEncoderBackend(path=str(enc), device=device, dtype=dtype, batch_size=32).encode(texts)
+        out[f"hf_encoder_{dtype}_vs_cpu"] = compare(ref, got)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(1)
+        adapter = build_adapter(AdapterConfig(hidden_size=64, num_queries=8, embed_dim=6, num_heads=3, bottleneck=16))
+        torch.nn.init.normal_(adapter.generator[4].weight, std=0.1)
+    ad_path = save_adapter(adapter, Path(args.work) / "adapter.safetensors")
+    cpu = V0AdapterBackend(adapter=str(ad_path), encoder=str(enc), batch_size=16).encode(texts)
+    dev = V0AdapterBackend(adapter=str(ad_path), encoder=str(enc), batch_size=16, device=device).encode(texts)
+    out["v0_adapter_vs_cpu"] = compare(cpu, dev) | {"n_features": int(dev.shape[1])}
+    ok = (out["hf_encoder_float32_vs_cpu"]["min_cosine"] > 0.999 and out["hf_encoder_bfloat16_vs_cpu"]["min_cosine"]
+          > 0.99 and out["v0_adapter_vs_cpu"]["min_cosine"] > 0.999)  # fmt: skip
+    return {"status": "ok" if ok else "failed", **out, **({} if ok else {"reason": "device and CPU disagree"})}
+
+
 def part_verl(args: argparse.Namespace) -> dict:
     if importlib.util.find_spec("verl") is None:
         return {"status": "skipped", "reason": "verl is not installed in this environment"}
@@ -248,6 +321,8 @@ def run_part(args: argparse.Namespace) -> None:
             result = part_train(args, "vllm" if args.part == "vllm_train" else None)
         elif args.part == "vllm_engine":
             result = part_vllm_engine(args)
+        elif args.part == "priors":
+            result = part_priors(args)
         else:
             result = part_verl(args)
     except Exception as err:  # noqa: BLE001 (the orchestrator records any failure and carries on)
@@ -286,17 +361,19 @@ def spawn(args: argparse.Namespace, part: str, limit: float, log: list[str]) -> 
 
 
 def summary_line(name: str, r: dict) -> str:
-    keys = ("reason", "params_m", "gpu", "loss", "logp_gap_mean_abs", "after_sync_gap_new_policy", "returncode")
+    keys = ("reason", "params_m", "gpu", "ratio_max_dev_first_epoch", "logp_gap_mean_abs", "after_sync_gap_new_policy",
+            "returncode")
     detail = "; ".join(f"{k}={r[k]}" for k in keys if k in r and r[k] is not None)
     return f"{name:<12} {r.get('status', '?'):<8} {r.get('seconds_total', 0.0):7.1f}s  {detail}"[:300]
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for gpu_check.json/.log ($OUT)")
+    ap.add_argument("--out", default=os.environ.get("OUT") or str(DEFAULT_OUT),
+                    help="folder for gpu_check.json/.log ($OUT, else benchmarks/results/gpu)")
     ap.add_argument("--steps", type=int, default=5, help="v05 train steps per engine")
     ap.add_argument("--budget", type=float, default=450.0, help="seconds for all parts together")
-    ap.add_argument("--cpu-smoke", action="store_true", help="tiny model, CPU, float32: check this script itself")
+    ap.add_argument("--cpu-smoke", action="store_true", help="tiny model, CPU, bf16: check this script itself")
     ap.add_argument("--only", nargs="*", default=None, help="run only these subprocess parts")
     # child mode (internal)
     ap.add_argument("--part", help=argparse.SUPPRESS)
@@ -311,8 +388,8 @@ def main() -> int:
         return 0
 
     started = time.perf_counter()
-    if args.cpu_smoke:
-        args.device, args.dtype, args.steps = "cpu", "float32", min(args.steps, 2)
+    if args.cpu_smoke:  # bf16 on the CPU too, so the first-epoch ratio check runs here
+        args.device, args.dtype, args.steps = "cpu", "bfloat16", min(args.steps, 2)
     args.work = tempfile.mkdtemp(prefix="v05-gpu-check-")
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -336,7 +413,7 @@ def main() -> int:
     if not args.cpu_smoke and not parts["env"].get("cuda_available"):
         print("no CUDA device: the GPU parts are skipped (use --cpu-smoke to dry-run this script)", flush=True)
 
-    for name in ("hf_train", "vllm_engine", "vllm_train", "verl"):
+    for name in ("hf_train", "vllm_engine", "vllm_train", "priors", "verl"):
         left = args.budget - (time.perf_counter() - started)
         if args.only is not None and name not in args.only:
             parts[name] = {"status": "skipped", "reason": "not in --only"}

@@ -13,16 +13,16 @@ set -euo pipefail
 
 METHOD=${METHOD:-v05}
 MODEL=${MODEL:-Qwen/Qwen3-4B-Instruct-2507}
-TRAIN_FILE=${TRAIN_FILE:-$HOME/data/dapo-math-17k.parquet}
+TRAIN_FILE=${TRAIN_FILE:-$HOME/data/dapo-math-17k-v05.parquet}  # add_problem_text.py's output (README.md here)
 VAL_FILE=${VAL_FILE:-$HOME/data/aime-2024.parquet}
 NNODES=${NNODES:-4}
 GPUS_PER_NODE=${GPUS_PER_NODE:-8}
 PRIOR_BACKEND=${PRIOR_BACKEND:-minilm}
 V05_PROMPTS=${V05_PROMPTS:-384}
 
-# verl imports this module at start-up (also inside its Ray actors); the import registers the v05 estimators and the
-# v05 trainer mode. Multi-node: the variable must reach every node's Ray workers (export it before `ray start`).
-export VERL_USE_EXTERNAL_MODULES=v05.adapters.verl
+# No variable needed: verl loads v05's "verl.plugins" entry point (installed with v05) on every `import verl`, in the
+# driver and in each Ray worker, which registers the v05 estimators and trainer mode. Only for a v05 source tree that
+# is not pip-installed: export VERL_USE_EXTERNAL_MODULES=v05.adapters.verl on every node before `ray start`.
 
 COMMON=(
     trainer.use_v1=true
@@ -88,6 +88,12 @@ GRPO4=(
 # pairs. Compute matching (paper: "roughly equal" rollouts per step): V05_PROMPTS x (4 + OSLA extras) ~ 2048; check
 # v05/rollouts in the logs and adjust V05_PROMPTS, or cap the extras with
 # +algorithm.v05.allocator_options.extra_budget=<n> (ours). rollout.n = k_init sizes verl's mini-batches.
+# schedule=jump (ours; the paper's round schedule is not public): each OSLA round is one synchronous generation pass
+# that waits for its slowest 4k-token response, and plus_one (+1 rollout per continuing prompt per round) needs up to
+# k_max - k_init = 12 extra rounds per step; jump draws each continuing prompt up to its predicted stopping k at once
+# (at most 6 rounds vs 13 in tests/adapters/test_verl_example.py), for ~10% more rollouts (it can overshoot).
+# The prior reads each prompt's bare problem text (extra_info.question, written by add_problem_text.py): V0 was
+# trained on problem texts, not on DAPO's instruction template around them.
 V05=(
     trainer.v1.trainer_mode=v05
     algorithm.adv_estimator=v05
@@ -97,6 +103,7 @@ V05=(
     +algorithm.v05.reward_range=pm1
     +algorithm.v05.prior_key=v05_prior
     +algorithm.v05.key_field=index
+    +algorithm.v05.text_field=question
     +algorithm.v05.options.noise=bound
     +algorithm.v05.options.switch=smooth
     +algorithm.v05.provider=v0
@@ -106,7 +113,7 @@ V05=(
     +algorithm.v05.allocator_options.k_init=4
     +algorithm.v05.allocator_options.k_max=16
     +algorithm.v05.allocator_options.c=0.0039
-    +algorithm.v05.allocator_options.schedule=plus_one
+    +algorithm.v05.allocator_options.schedule=jump
 )
 
 case "${METHOD}" in

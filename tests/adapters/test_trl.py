@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -12,6 +14,7 @@ import torch  # noqa: E402
 from datasets import Dataset  # noqa: E402
 from v05.adapters.trl import (  # noqa: E402
     FIXED_K_MESSAGE,
+    STATE_FILE,
     V05GRPOConfig,
     V05GRPOTrainer,
     _group_keys,
@@ -25,6 +28,7 @@ from v05.registry import estimate  # noqa: E402
 from v05.tasks.arithmetic import ArithmeticTask  # noqa: E402
 from v05.tasks.base import render_prompt  # noqa: E402
 from v05.train.policy import PolicyConfig, load_policy  # noqa: E402
+from v05.train.state import state_to_json  # noqa: E402
 
 K = 4  # num_generations
 N_PROMPTS = 4  # prompts per step
@@ -206,6 +210,51 @@ def test_v05_eb_carries_state_and_feeds_n0(tmp_path):
     fresh = make_provider("running_mean").predict(list(first.prompt_ids), list(first.prompt_ids))
     np.testing.assert_allclose(first.estimate.n0, fresh.n0)  # the provider's n0 before any outcome
     assert "v05/n0" in trainer.state.log_history[0]
+
+
+def test_checkpoint_resume_restores_prior_and_estimator_state(tmp_path):
+    """A checkpoint holds v05_state.json (the provider's and v05_eb's states after step 1); a run resumed from it
+    starts step 2 with them: its prior is the saved provider's prediction and its state holds 2 steps × 4 groups (a
+    fresh state would hold 4). Resuming with another estimator raises."""
+    model, tokenizer, dataset, _, _ = arithmetic_setup()
+    first = Recording(
+        model=model,
+        reward_funcs=odd_first_char,
+        args=config(tmp_path, v05_estimator="v05_eb", max_steps=1, save_strategy="steps", save_steps=1),
+        train_dataset=dataset,
+        processing_class=tokenizer,
+    )
+    first.train()
+    checkpoint = tmp_path / "checkpoint-1"
+    saved = json.loads((checkpoint / STATE_FILE).read_text())
+    assert saved["estimator_state"] == json.loads(json.dumps(state_to_json(first.v05_state)))
+    assert saved["provider"] == json.loads(json.dumps(first.v05_provider.state_dict()))
+
+    model, tokenizer, dataset, _, _ = arithmetic_setup()
+    resumed = Recording(
+        model=model,
+        reward_funcs=odd_first_char,
+        args=config(tmp_path, v05_estimator="v05_eb", max_steps=2),
+        train_dataset=dataset,
+        processing_class=tokenizer,
+    )
+    resumed.train(resume_from_checkpoint=str(checkpoint))
+    ((batch, _),) = resumed.scored  # step 2 only
+    restored = make_provider("running_mean")
+    restored.load_state_dict(saved["provider"])
+    pred = restored.predict(list(batch.prompt_ids), list(batch.prompt_ids))  # running_mean: one V for every prompt
+    np.testing.assert_allclose(batch.prior, (pred.mean + 1.0) / 2.0, atol=1e-12)
+    assert isinstance(resumed.v05_state, PriorErrorState) and resumed.v05_state.n_groups == 2 * N_PROMPTS
+
+    other = V05GRPOTrainer(
+        model=model,
+        reward_funcs=odd_first_char,
+        args=config(tmp_path, v05_estimator="v05", max_steps=2),
+        train_dataset=dataset,
+        processing_class=tokenizer,
+    )
+    with pytest.raises(ValueError, match="resume with the estimator it was saved with"):
+        other.train(resume_from_checkpoint=str(checkpoint))
 
 
 @pytest.mark.parametrize("name", ["drgrpo", "rloo", "reinforce_pp_baseline", "dbb"])

@@ -107,35 +107,101 @@ def test_engine_contract():
     worker = AgentLoopWorkerTQ.__ray_metadata__.modified_class.__mro__[1]
     assert 'prompt.pop("__rollout_n__"' in inspect.getsource(worker._run_prompt)
     assert 'pad_uid = f"pad{uuid.uuid4().hex}"' in inspect.getsource(upsample_batch_to_divisible_size)
+    # plugin discovery: verl/__init__.py loads the "verl.plugins" entry points (import only, errors at DEBUG)
+    import verl
+    from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
+
+    init = Path(verl.__file__).read_text()
+    assert 'entry_points(group="verl.plugins")' in init and 'os.getenv("VERL_USE_EXTERNAL_PLUGINS", "auto")' in init
+    assert "_ep.load()" in init and "logging.getLogger(__name__).debug(" in init
+    # the checkpoint marker and remote copy v05_state.json is ordered before / copied beside
+    save = inspect.getsource(PPOTrainer._save_checkpoint)
+    assert "latest_checkpointed_iteration.txt" in save and "default_hdfs_dir" in save
+    assert save.index("latest_checkpointed_iteration.txt") < save.rindex("checkpoint_callback.on_save")
+    assert '.get(self.trainer_mode, {}).get("parameter_sync_step", 1)' in inspect.getsource(PPOTrainer.__init__)
+    # a sync batch whose sessions all failed raises (OSLA's retries clear it); multi-output: grpo only, per session
+    assert "no materializable trajectories" in inspect.getsource(ReplayBuffer.sample)
+    multi = inspect.getsource(compute_advantage_for_multi_trajectories)
+    assert "if adv_estimator != core_algos.AdvantageEstimator.GRPO:" in multi
+    assert 'status = "failure"' in inspect.getsource(worker._run_prompt)
 
 
-def test_import_registers_nothing_until_verl_asks():
-    """``import v05.adapters.verl`` registers nothing; ``VERL_USE_EXTERNAL_MODULES=v05.adapters.verl`` + ``import verl``
-    registers every v05 estimator and the ``v05`` trainer mode (two fresh interpreters, run side by side)."""
+def test_verl_loads_the_plugin_through_its_entry_point():
+    """Four fresh interpreters, run side by side, none with the old variable unless stated:
+
+    - ``import verl`` alone registers every v05 estimator and the ``v05`` trainer mode: verl loads v05's
+      ``verl.plugins`` entry point (installed with v05), so no variable has to reach the Ray workers;
+    - the fallback ``VERL_USE_EXTERNAL_MODULES=v05.adapters.verl`` registers everything under verl's opt-out
+      ``VERL_USE_EXTERNAL_PLUGINS=none``, and that opt-out alone registers nothing;
+    - a registration that fails inside verl's entry-point loader (which swallows plugin errors at DEBUG) is loud: an
+      ERROR naming the plugin and the cause reaches stderr, while ``import verl`` itself goes on;
+    - so is an adapter that cannot be imported at all (the entry point's shim logs it at ERROR)."""
     check = (
         "from verl.trainer.ppo import core_algos\n"
         "try:\n    from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY as modes\n"
         "except ModuleNotFoundError:  # no transfer_queue: no V1 trainer, the estimators only\n    modes = None\n"
         "print(sorted(n for n in core_algos.ADV_ESTIMATOR_REGISTRY if n.startswith('v05')), modes and 'v05' in modes)"
     )
-    env = {k: v for k, v in os.environ.items() if k != "VERL_USE_EXTERNAL_MODULES"}
-    runs = [
-        subprocess.Popen(
+    # opted out, import verl registers nothing; then a foreign estimator takes the name v05_grpo before verl's
+    # loader (re-run by reload) loads the plugin
+    collide = (
+        "import importlib, os\n"
+        "import verl\n"
+        "from verl.trainer.ppo import core_algos\n"
+        "print('opted out:', sorted(n for n in core_algos.ADV_ESTIMATOR_REGISTRY if n.startswith('v05')))\n"
+        "core_algos.register_adv_est('v05_grpo')(lambda **kw: None)\n"
+        "os.environ['VERL_USE_EXTERNAL_PLUGINS'] = 'v05'\n"
+        "importlib.reload(verl)"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("VERL_USE_EXTERNAL_MODULES", "VERL_USE_EXTERNAL_PLUGINS")}
+    off = env | {"VERL_USE_EXTERNAL_PLUGINS": "none"}
+    broken = "import sys\nsys.modules['v05.adapters.verl'] = None  # the adapter cannot be imported\nimport verl"
+    cases = {
+        "entry_point": ("import verl", env),
+        "fallback": ("import verl", off | {"VERL_USE_EXTERNAL_MODULES": "v05.adapters.verl"}),
+        "failure": (collide, off),
+        "import_failure": (broken, env),
+    }
+    runs = {
+        name: subprocess.Popen(
             [sys.executable, "-c", f"{first}\n{check}"],
             env=e,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
-        for first, e in (
-            ("import v05.adapters.verl", env),
-            ("import verl", env | {"VERL_USE_EXTERNAL_MODULES": "v05.adapters.verl"}),
-        )
-    ]
-    (plain, _), (asked, err) = (p.communicate(timeout=300) for p in runs)
+        for name, (first, e) in cases.items()
+    }
+    out = {name: p.communicate(timeout=600) for name, p in runs.items()}
+    last = {
+        name: o.strip().splitlines()[-1] if o.strip() else f"<no output> {e[-2000:]}" for name, (o, e) in out.items()
+    }
     mode = importlib.util.find_spec("transfer_queue") is not None
-    assert plain.strip().splitlines()[-1] == f"[] {False if mode else None}"
-    assert asked.strip().splitlines()[-1] == f"{sorted(VERL_ESTIMATORS)} {True if mode else None}", err
+    everything = f"{sorted(VERL_ESTIMATORS)} {True if mode else None}"
+    assert last["entry_point"] == everything, out["entry_point"][1][-2000:]
+    assert last["fallback"] == everything, out["fallback"][1][-2000:]
+    assert last["failure"] == f"['v05_grpo'] {False if mode else None}"  # import verl survived; only the foreign one
+    assert "opted out: []" in out["failure"][0]
+    err = out["failure"][1]
+    assert "ERROR" in err and "v05 verl plugin (v05.adapters.verl) failed to register" in err, err[-2000:]
+    assert "Adv estimator v05_grpo has already been registered" in err  # the cause, with its traceback
+    # an adapter that cannot even be imported is loud too (the entry point's shim logs it), and verl goes on
+    assert last["import_failure"] == f"[] {False if mode else None}", out["import_failure"][1][-2000:]
+    err = out["import_failure"][1]
+    assert "ERROR" in err and "v05 verl plugin failed to import" in err, err[-2000:]
+
+
+def test_verl_extra_and_entry_point_are_declared():
+    """pyproject.toml: ``v05[verl]`` takes verl as the tested range (not a pin) with verl's own ``verl-core`` extra
+    (no hand-copied verl dependencies) plus v05's priors, and declares the ``verl.plugins`` entry point verl loads."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extra = project["optional-dependencies"]["verl"]
+    assert f"verl[verl-core]{plugin.SUPPORTED_VERL}" in extra
+    assert "v05[priors]" in extra
+    assert not [r for r in extra if r.split("[")[0].split("=")[0].split(">")[0] not in ("verl", "v05")], extra
+    assert project["entry-points"][plugin.PLUGIN_GROUP] == {plugin.PLUGIN_NAME: plugin.PLUGIN_MODULE}
 
 
 def test_register_is_idempotent_and_leaves_verl_names_alone():
@@ -321,6 +387,11 @@ def test_prompt_rows_and_config():
 
 P = 8  # prompts per step
 K_INIT, K_MAX = 4, 8
+DAPO_TEMPLATE = (  # the user turn of DAPO-Math-17k's verl parquet
+    "Solve the following math problem step by step. The last line of your response should be of the form "
+    "Answer: $Answer (without quotes) where $Answer is the answer to the problem.\n\n{problem}\n\n"
+    'Remember to put your answer on its own line after "Answer:".'
+)
 
 
 @pytest.fixture(scope="module")
@@ -349,7 +420,7 @@ def verl_config(*overrides):
         return compose(config_name="ppo_trainer", overrides=list(overrides))
 
 
-def trainer_overrides(tmp_path, estimator):
+def trainer_overrides(tmp_path, estimator, schedule="jump"):
     return [
         "trainer.use_v1=true",
         "trainer.v1.trainer_mode=v05",
@@ -369,13 +440,17 @@ def trainer_overrides(tmp_path, estimator):
         "+algorithm.v05.allocator=osla",
         f"+algorithm.v05.allocator_options.k_init={K_INIT}",
         f"+algorithm.v05.allocator_options.k_max={K_MAX}",
-        "+algorithm.v05.allocator_options.schedule=jump",
+        f"+algorithm.v05.allocator_options.schedule={schedule}",
     ]
 
 
-def scripted_worker(config, pass_rates, seed):
+def scripted_worker(config, pass_rates, seed, *, fail=None, outputs=None):
     """verl's AgentLoopWorkerTQ (its generate_sequences and _run_prompt run as they are) whose one-session generation
-    writes a scripted trajectory into TransferQueue the way verl's _agent_loop_postprocess stores one."""
+    writes a scripted trajectory into TransferQueue the way verl's _agent_loop_postprocess stores one.
+
+    ``fail(step, index, n) -> bool``: the n-th draw of prompt ``index`` raises (verl marks the prompt ``failure``).
+    ``outputs(step, index, n) -> int``: that many outputs (a multi-output agent loop; each carries the session's
+    reward, as verl copies the final output's score to the others)."""
     import transfer_queue as tq
     from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopWorkerTQ
     from verl.utils.tensordict_utils import list_of_dict_to_tensordict
@@ -385,36 +460,44 @@ def scripted_worker(config, pass_rates, seed):
     class Scripted(worker_cls):
         def __init__(self):  # no LLM server, tokenizer or reward workers
             self.config, self.background_tasks, self.sessions, self.drawn = config, set(), [], {}
+            self.failed = []
 
         async def _run_agent_loop(self, sampling_params, trajectory, *, agent_name, trace=True, **kwargs):
             uid, session, index = kwargs["uid"], kwargs["session_id"], int(kwargs["extra_info"]["index"])
             # the n-th draw of a prompt in a step, whatever order asyncio runs the sessions in
             n = self.drawn[(kwargs["global_steps"], index)] = self.drawn.get((kwargs["global_steps"], index), -1) + 1
-            rng = np.random.default_rng([seed, kwargs["global_steps"], index, n])
-            success = rng.random() < pass_rates[index]
-            n_tok = int(rng.integers(2, 6))
-            rm_scores = torch.zeros(n_tok)
-            rm_scores[-1] = 1.0 if success else -1.0  # verl's math_dapo scale (±1)
-            field = dict(kwargs)
-            field.update(
-                prompts=torch.arange(3),
-                responses=torch.arange(n_tok),
-                response_mask=torch.ones(n_tok, dtype=torch.int64),
-                rm_scores=rm_scores,
-                rollout_log_probs=torch.zeros(n_tok),
-                input_ids=torch.arange(3 + n_tok),
-                attention_mask=torch.ones(3 + n_tok, dtype=torch.int64),
-                position_ids=torch.arange(3 + n_tok),
-                num_turns=2,
-            )
             step = kwargs["global_steps"]
-            tag = {"status": "success", "prompt_len": 3, "response_len": n_tok, "seq_len": 3 + n_tok}
-            tag |= {"global_steps": step, "min_global_steps": step, "max_global_steps": step}
+            if fail is not None and fail(step, index, n):
+                self.failed.append((uid, session, step, index, n))
+                raise RuntimeError(f"scripted agent-loop failure (step {step}, prompt {index}, draw {n})")
+            rng = np.random.default_rng([seed, step, index, n])
+            success = rng.random() < pass_rates[index]
+            n_out = 1 if outputs is None else outputs(step, index, n)
+            fields, tags = [], []
+            for _ in range(n_out):
+                n_tok = int(rng.integers(2, 6))
+                rm_scores = torch.zeros(n_tok)
+                rm_scores[-1] = 1.0 if success else -1.0  # verl's math_dapo scale (±1)
+                field = dict(kwargs)
+                field.update(
+                    prompts=torch.arange(3),
+                    responses=torch.arange(n_tok),
+                    response_mask=torch.ones(n_tok, dtype=torch.int64),
+                    rm_scores=rm_scores,
+                    rollout_log_probs=torch.zeros(n_tok),
+                    input_ids=torch.arange(3 + n_tok),
+                    attention_mask=torch.ones(3 + n_tok, dtype=torch.int64),
+                    position_ids=torch.arange(3 + n_tok),
+                    num_turns=2,
+                )
+                tag = {"status": "success", "prompt_len": 3, "response_len": n_tok, "seq_len": 3 + n_tok}
+                fields.append(field)
+                tags.append(tag | {"global_steps": step, "min_global_steps": step, "max_global_steps": step})
             self.sessions.append((uid, session))
             await tq.async_kv_batch_put(
-                keys=[f"{uid}_{session}_0"],
-                fields=list_of_dict_to_tensordict([field]),
-                tags=[tag],
+                keys=[f"{uid}_{session}_{i}" for i in range(n_out)],  # verl's {uid}_{session_id}_{index}
+                fields=list_of_dict_to_tensordict(fields),
+                tags=tags,
                 partition_id="train",
             )
 
@@ -464,8 +547,11 @@ class ActorRecorder:
         pass
 
 
-def build_trainer(config, tq, pass_rates, seed=0):
-    """A V05Trainer whose data, agent loop and model side are set as verl's init() would, minus GPUs."""
+def build_trainer(config, tq, pass_rates, seed=0, **script):
+    """A V05Trainer whose data, agent loop and model side are set as verl's init() would, minus GPUs.
+
+    Each prompt is chat-wrapped in DAPO's instruction template, its bare text in ``extra_info["question"]``;
+    ``script`` goes to :func:`scripted_worker`."""
     from torchdata.stateful_dataloader import StatefulDataLoader
     from verl.utils.dataset.rl_dataset import collate_fn
 
@@ -475,10 +561,10 @@ def build_trainer(config, tq, pass_rates, seed=0):
     trainer.replay_buffer.inner.poll_interval = 0.02
     rows = [
         {
-            "raw_prompt": [{"role": "user", "content": f"question {i}"}],
+            "raw_prompt": [{"role": "user", "content": DAPO_TEMPLATE.format(problem=f"question {i}")}],
             "data_source": "toy",
             "reward_model": {"ground_truth": "x"},
-            "extra_info": {"index": i},
+            "extra_info": {"index": i, "question": f"question {i}"},
             "index": i,
             "dummy_tensor": torch.tensor([0], dtype=torch.uint8),
         }
@@ -493,7 +579,7 @@ def build_trainer(config, tq, pass_rates, seed=0):
     trainer.resource_pool_manager = SimpleNamespace(get_n_gpus=lambda: 1)
     trainer.tokenizer = SimpleNamespace(eos_token_id=2, pad_token_id=0)
     trainer._init_dump_executor()
-    worker = scripted_worker(config, pass_rates, seed)
+    worker = scripted_worker(config, pass_rates, seed, **script)
     return trainer, worker
 
 
@@ -580,6 +666,168 @@ def test_v05_trainer_in_verls_fit_loop(local_ray, tmp_path, monkeypatch, estimat
         assert resumed.v05_estimator.state_.to_dict() == state.to_dict()
 
 
+def trajectories_of(update):
+    """Oracle: the final row of each trajectory (session) of an actor update, and each row's trajectory.
+
+    verl's keys are ``{uid}_{session}_{index}``; a session's highest index is its final output."""
+    final = {}
+    for row, key in enumerate(update["keys"]):
+        uid, session, index = key.rsplit("_", 2)
+        if (uid, session) not in final or final[(uid, session)][0] < int(index):
+            final[(uid, session)] = (int(index), row)
+    order = {s: t for t, s in enumerate(final)}
+    traj_of_row = np.array([order[tuple(key.rsplit("_", 2)[:2])] for key in update["keys"]])
+    return np.array([row for _, row in final.values()]), traj_of_row
+
+
+def check_advantages(update):
+    """The actor's advantages are v05.registry.estimate('v05') with one reward per trajectory and the extra_info
+    priors, broadcast to every output of the trajectory; padding gets 0. Returns the (T,) groups of the real
+    trajectories and the number of real rows."""
+    final, traj_of_row = trajectories_of(update)
+    uids = np.array(update["uid"], dtype=object)
+    real = np.array([not u.startswith("pad") for u in uids[final]])  # (T,)
+    infos = [update["extra_info"][r] for r in final[real]]
+    group, _ = group_index(
+        np.array([i.get("v05_group", u) for i, u in zip(infos, uids[final[real]], strict=True)], dtype=object)
+    )
+    first = np.unique(group, return_index=True)[1]
+    prior = np.array([infos[i]["v05_prior"] for i in first])  # pass rates
+    expected = estimate("v05", update["reward"][final[real]], group, prior=2 * prior - 1, reward_range="pm1")
+    per_traj = np.zeros(len(final))
+    per_traj[real] = expected.advantages
+    np.testing.assert_allclose(update["advantage"], per_traj[traj_of_row], atol=1e-6)
+    return group, int(sum(not u.startswith("pad") for u in uids))
+
+
+def run_fit(local_ray, tmp_path, monkeypatch, *, schedule="jump", **script):
+    """Three steps of verl's V1 fit loop in trainer mode v05 (OSLA, history prior, estimator v05); the actor's
+    updates, the logged metrics per step, the trainer and the scripted worker."""
+    from verl.trainer.ppo.v1 import trainer_base
+
+    logged = []
+    monkeypatch.setattr(trainer_base.Tracking, "log", lambda self, data, step, **kw: logged.append(dict(data)))
+    pass_rates = np.array([0.02, 0.98, 0.5, 0.9, 0.1, 0.7, 0.3, 0.95] * 2)
+    config = verl_config(*trainer_overrides(tmp_path, "v05", schedule))
+    trainer, worker = build_trainer(config, local_ray, pass_rates, **script)
+    trainer.fit(AgentLoopManager(worker))
+    return trainer.actor_rollout_wg.updates, logged, trainer, worker
+
+
+def test_osla_survives_failed_agent_loop_sessions(local_ray, tmp_path, monkeypatch):
+    """A failed agent-loop session does not end the step (plus_one rounds, so an extra round draws one session per
+    prompt). Step 1: a round-0 session of prompt 3 fails → its whole group is dropped (``v05/osla/dropped_prompts``
+    = 1; none of its rollouts reach the actor); the first extra-round session of another prompt fails and so does its
+    redraw (a batch in which every session failed, which verl's sync buffer refuses) → drawn a third time
+    (``v05/osla/retried_rollouts`` = 2). Every step's advantages are the core's on the rollouts that arrived."""
+    chosen = {"prompt": None, "fails": 0}
+
+    def fail(step, index, n):
+        if step != 1:
+            return False
+        if index == 3:
+            return n == 1
+        if n >= K_INIT and chosen["prompt"] in (None, index) and chosen["fails"] < 2:
+            chosen["prompt"], chosen["fails"] = index, chosen["fails"] + 1
+            return True
+        return False
+
+    updates, logged, trainer, worker = run_fit(local_ray, tmp_path, monkeypatch, schedule="plus_one", fail=fail)
+    assert len(updates) == len(logged) == 3 and len(worker.failed) == 3
+    assert chosen["fails"] == 2 and chosen["prompt"] != 3
+    for step, (update, metrics) in enumerate(zip(updates, logged, strict=True), start=1):
+        group, _ = check_advantages(update)
+        k = np.bincount(group)
+        assert k.min() >= K_INIT and k.max() <= K_MAX
+        indices = {
+            info["index"]
+            for info, u in zip(update["extra_info"], update["uid"], strict=True)
+            if not u.startswith("pad")
+        }
+        batch = set(range(P, 2 * P)) if step == 2 else set(range(P))  # 16 dataset rows, 8 per step
+        assert indices == batch - ({3} if step == 1 else set())
+        assert len(k) == metrics["v05/prompts"] == (P - 1 if step == 1 else P)
+        assert metrics["v05/osla/dropped_prompts"] == (1 if step == 1 else 0)
+        assert metrics["v05/osla/retried_rollouts"] == (2 if step == 1 else 0)
+    assert len(trainer.v05_provider.online_) == 3 * P - 1  # the dropped prompt taught the prior nothing
+
+
+def test_multi_output_trajectories_count_once(local_ray, tmp_path, monkeypatch):
+    """A multi-output agent loop (every odd draw writes 3 outputs, each with the session's reward): one trajectory is
+    one rollout. ``v05/rollouts`` counts trajectories and ``v05/folded_outputs`` the extra outputs; the realised k
+    per prompt counts sessions (within [k_init, k_max]); every output carries its trajectory's advantage, which is the
+    core's estimate over one reward per trajectory."""
+    updates, logged, *_ = run_fit(local_ray, tmp_path, monkeypatch, outputs=lambda step, index, n: 3 if n % 2 else 1)
+    assert len(updates) == 3
+    for update, metrics in zip(updates, logged, strict=True):
+        group, n_rows = check_advantages(update)
+        k = np.bincount(group)
+        assert k.min() >= K_INIT and k.max() <= K_MAX and len(k) == P
+        assert metrics["v05/rollouts"] == len(group) and metrics["v05/k/max"] == k.max()
+        assert metrics["v05/folded_outputs"] == n_rows - len(group) > 0
+
+
+def test_prior_reads_the_problem_text(local_ray, tmp_path, monkeypatch):
+    """The provider is given each prompt's ``extra_info["question"]`` ("question 3"), not the chat-wrapped DAPO
+    prompt, to predict and to learn from; a text-reading prior (v0) refuses rows without that field, naming
+    ``text_field``; id-only priors (history) fall back to the chat text."""
+    trainer, _ = build_trainer(verl_config(*trainer_overrides(tmp_path, "v05")), local_ray, np.full(2 * P, 0.5))
+    seen, predict = [], trainer.v05_provider.predict
+    monkeypatch.setattr(
+        trainer.v05_provider, "predict", lambda ids, texts, **kw: seen.append(texts) or predict(ids, texts, **kw)
+    )
+    trainer.global_steps = 1
+    trainer._next_train_batch()
+    assert [list(t) for t in seen] == [[f"question {i}" for i in range(P)]]
+    assert [p.text for p in trainer._v05_prompts.values()] == [f"question {i}" for i in range(P)]  # what update gets
+    from v05.adapters.verl_trainer import _problem_texts
+
+    chat = DAPO_TEMPLATE.format(problem="question 0")
+    with pytest.raises(ValueError, match=r"extra_info\['question'\].*text_field"):
+        _problem_texts([{"index": 0}], [chat], VerlConfig(provider="v0"))
+    assert _problem_texts([{"index": 0}], [chat], VerlConfig(provider="history")) == [chat]
+    assert _problem_texts([{"problem": "p"}], [chat], VerlConfig(provider="v0", text_field="problem")) == ["p"]
+
+
+def test_osla_refuses_parameter_sync_step(tmp_path):
+    """OSLA with ``trainer.v1.sync.parameter_sync_step`` > 1 raises before verl builds anything: verl would sleep the
+    rollout replicas after the first sub-batch, before the later sub-batches' extra rounds."""
+    pytest.importorskip("transfer_queue")
+    from v05.adapters.verl_trainer import trainer_class
+
+    with pytest.raises(ValueError, match=r"parameter_sync_step=2.*set it to 1"):
+        trainer_class()(verl_config(*trainer_overrides(tmp_path, "v05"), "+trainer.v1.sync.parameter_sync_step=2"))
+
+
+def test_checkpoint_state_is_written_before_verls_marker(local_ray, tmp_path, monkeypatch):
+    """``v05_state.json`` is in ``global_step_<n>/`` and in ``default_hdfs_dir/global_step_<n>/`` before verl writes
+    ``latest_checkpointed_iteration.txt``: with verl's checkpoint callback (which runs after the marker) crashing,
+    the marker points to a folder that holds the state, and a resume restores it; resuming from a folder without it
+    raises instead of restarting the v05 state silently."""
+    local, remote = tmp_path / "local", tmp_path / "remote"
+    overrides = [*trainer_overrides(local, "v05"), f"trainer.default_hdfs_dir={remote}"]
+    trainer, _ = build_trainer(verl_config(*overrides), local_ray, np.full(2 * P, 0.5))
+    trainer.v05_provider.update(["7"], ["question 7"], np.array([0.5]), np.array([4.0]), step=1)
+    trainer.global_steps = 2
+
+    def crash(**kwargs):
+        raise RuntimeError("killed after the marker")
+
+    monkeypatch.setattr(trainer.checkpoint_callback, "on_save", crash)
+    with pytest.raises(RuntimeError, match="killed after the marker"):
+        trainer._save_checkpoint()
+    assert (local / "latest_checkpointed_iteration.txt").read_text() == "2"
+    saved = local / "global_step_2" / "v05_state.json"
+    assert saved.exists(), "verl's marker points to a checkpoint without the v05 state"
+    assert (remote / "global_step_2" / "v05_state.json").read_text() == saved.read_text()
+    resumed, _ = build_trainer(verl_config(*overrides), local_ray, np.full(2 * P, 0.5))
+    resumed._load_checkpoint()
+    assert resumed.global_steps == 2 and resumed.v05_provider.state_dict() == trainer.v05_provider.state_dict()
+    saved.unlink()
+    with pytest.raises(ValueError, match="no v05_state.json"):
+        build_trainer(verl_config(*overrides), local_ray, np.full(2 * P, 0.5))[0]._load_checkpoint()
+
+
 def test_trainer_refuses_settings_it_cannot_honour(tmp_path):
     """A verl estimator, KL folded into rewards, or OSLA with DAPO filtering raise before verl builds anything."""
     pytest.importorskip("transfer_queue")
@@ -625,7 +873,9 @@ def test_launch_script_overrides_compose_with_verls_config(method):
         v = VerlConfig.from_algorithm(cfg.algorithm)
         assert cfg.trainer.v1.trainer_mode == "v05" and cfg.algorithm.adv_estimator == "v05"
         assert v.reward_range == "pm1" and v.allocator == "osla" and v.provider == "v0"
-        assert v.allocator_options == {"k_init": 4, "k_max": 16, "c": 0.0039, "schedule": "plus_one"}
+        # schedule=jump: a few long generation rounds per step, not up to 12 (test_verl_example.py)
+        assert v.allocator_options == {"k_init": 4, "k_max": 16, "c": 0.0039, "schedule": "jump"}
+        assert v.text_field == "question"  # the bare problem text add_problem_text.py writes
         assert cfg.actor_rollout_ref.rollout.n == 4
     else:
         k = cfg.actor_rollout_ref.rollout.n

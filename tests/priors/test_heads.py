@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from v05.priors.heads import HEADS, TABPFN_CHECKPOINT, check_tabpfn_checkpoint, make_head
+from v05.priors.head_registry import HEADS, make_head
+from v05.priors.heads import TABPFN_CHECKPOINT, check_tabpfn_checkpoint
 
 
 def _data(rng, n=200, d=8):

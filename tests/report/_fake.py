@@ -19,8 +19,9 @@ def write_run(root: Path, dirname: str, *, name: str | None, seed: int = 0, line
     return path
 
 
-def eval_run(root: Path, dirname: str, name: str, seed: int, points, *, extra=None) -> Path:
-    """A run with one eval per step: points = [(rollouts_total, eval_pass_rate), ...]; steps 1, 2, ..."""
+def eval_run(root: Path, dirname: str, name: str, seed: int, points, *, extra=None, compute_per_rollout=None) -> Path:
+    """A run with one eval per step: points = [(rollouts_total, eval_pass_rate), ...]; steps 1, 2, ...; with
+    ``compute_per_rollout`` the rows carry compute_total = rollouts_total × it."""
     lines = []
     for step, (rollouts, rate) in enumerate(points, start=1):
         line = {
@@ -31,5 +32,7 @@ def eval_run(root: Path, dirname: str, name: str, seed: int, points, *, extra=No
             "eval_pass_rate": rate,
         }
         line.update(extra or {})
+        if compute_per_rollout is not None:
+            line["compute_total"] = rollouts * compute_per_rollout
         lines.append(line)
     return write_run(root, dirname, name=name, seed=seed, lines=lines)

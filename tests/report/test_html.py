@@ -20,7 +20,8 @@ FULL = {
 
 def _runs(tmp_path, *, extra=None, names=("grpo4", "v05")):
     dirs = [
-        eval_run(tmp_path, f"{name}_{seed}", name, seed, [(64, 0.1 + 0.1 * seed), (128, 0.3), (192, 0.4)], extra=extra)
+        eval_run(tmp_path, f"{name}_{seed}", name, seed, [(64, 0.1 + 0.1 * seed), (128, 0.3), (192, 0.4)], extra=extra,
+                 compute_per_rollout=20 if extra else None)
         for name in names
         for seed in (0, 1)
     ]
@@ -33,10 +34,11 @@ def test_report_is_self_contained_with_table_and_figures(tmp_path):
     path = write_report(_runs(tmp_path, extra=FULL), out, title="demo")
     page = path.read_text()
     assert path == out / "report.html"
-    assert page.count("data:image/png;base64,") == 9
+    assert page.count("data:image/png;base64,") == 10
     assert '<table class="summary">' in page and "grpo4 (reference)" in page and "0.400 ± 0.000" in page
     assert "Equal rollouts consumed" in page and "not drawn" not in page
-    for name in ("eval_vs_rollouts", "eval_vs_steps", "eval_vs_wall_time", "train_pass_rate", "grad_norm", "entropy"):
+    for name in ("eval_vs_rollouts", "eval_vs_compute", "eval_vs_steps", "eval_vs_wall_time", "train_pass_rate",
+                 "grad_norm", "entropy"):
         assert (out / f"{name}.png").stat().st_size > 1000
     assert (out / "rollouts_per_prompt.png").is_file() and (out / "zero_adv.png").is_file()
     assert (out / "value_quality.png").is_file()

@@ -208,3 +208,19 @@ def test_explicit_reference_and_target_and_no_grpo(tmp_path):
     with pytest.raises(ValueError, match="target"):
         summary_table(groups, target=2.0)
     assert default_reference({"v05": groups["v05"], "other": groups["grpo4"]}) == "v05"
+
+
+def test_summary_gives_the_compute_ratio_beside_the_rollout_ratio(tmp_path):
+    """Equal rollouts is not equal compute: two methods with the same eval curve in rollouts reach the target after
+    the same rollouts (ratio 1), but the one that spends 3× the token-passes per rollout (a critic, a probe pass)
+    needs 3× the compute (compute ratio 3)."""
+    runs = [
+        load_run(eval_run(tmp_path, f"{name}{seed}", name, seed, [(100, 0.1), (200, 0.3), (300, 0.4)],
+                          compute_per_rollout=cpr))
+        for name, cpr in (("grpo4", 10), ("ppo", 30))
+        for seed in (0, 1)
+    ]  # fmt: skip
+    rows = {r["method"]: r for r in summary_table(group_runs(runs))}
+    assert rows["ppo"]["reach_ratio"] == pytest.approx(1.0)
+    assert rows["ppo"]["reach_compute_ratio"] == pytest.approx(3.0)
+    assert rows["grpo4"]["compute_total"] == 3000 and rows["ppo"]["compute_total"] == 9000

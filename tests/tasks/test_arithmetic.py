@@ -76,15 +76,16 @@ def test_difficulty_mix_matches_the_weights(task):
 
 
 def test_splits_are_disjoint_deterministic_and_keyed(task):
-    """2000 train + 1000 eval distinct questions, no overlap; the same seed rebuilds identical keys."""
-    train, eval_ = task.train_prompts(), task.eval_prompts()
-    assert len(train) == 2000 and len(eval_) == 1000
-    questions = [p.question for p in (*train, *eval_)]
-    assert len(set(questions)) == 3000
-    keys = [p.key for p in (*train, *eval_)]
-    assert len(set(keys)) == 3000 and all(k.startswith("arithmetic:") for k in keys)
+    """2000 train + 1000 eval + 512 validation distinct questions, no overlap between any two; the same seed
+    rebuilds identical keys."""
+    train, eval_, val = task.train_prompts(), task.eval_prompts(), task.validation_prompts()
+    assert len(train) == 2000 and len(eval_) == 1000 and len(val) == 512
+    questions = [p.question for p in (*train, *eval_, *val)]
+    assert len(set(questions)) == 3512
+    keys = [p.key for p in (*train, *eval_, *val)]
+    assert len(set(keys)) == 3512 and all(k.startswith("arithmetic:") for k in keys)
     again = ArithmeticTask()
-    assert [p.key for p in (*again.train_prompts(), *again.eval_prompts())] == keys
+    assert [p.key for p in (*again.train_prompts(), *again.eval_prompts(), *again.validation_prompts())] == keys
     assert again.train_prompts() == train
     other = ArithmeticTask(seed=1)
     assert [p.key for p in other.train_prompts()] != [p.key for p in train]
@@ -92,9 +93,9 @@ def test_splits_are_disjoint_deterministic_and_keyed(task):
 
 def test_options_change_the_pool():
     """mix and max_digits are honoured: only mul questions, or only 1-digit add/sub operands."""
-    only_mul = ArithmeticTask(n_train=50, n_eval=10, mix=(0, 0, 1))
+    only_mul = ArithmeticTask(n_train=50, n_eval=10, n_val=10, mix=(0, 0, 1))
     assert {p.meta["op"] for p in only_mul.train_prompts()} == {"mul"}
-    small = ArithmeticTask(n_train=40, n_eval=10, mix=[1, 1, 0], max_digits=1)
+    small = ArithmeticTask(n_train=40, n_eval=10, n_val=10, mix=[1, 1, 0], max_digits=1)
     assert all(p.meta["digits"] == 1 for p in small.train_prompts()) and small.mix == (0.5, 0.5, 0.0)
 
 
@@ -118,13 +119,17 @@ def test_bad_options_raise(options, match):
         ArithmeticTask(**options)
 
 
-def test_sft_examples_avoid_eval_and_are_deterministic(task):
-    """make_sft_examples draws n fresh prompts of the same mix, none in the eval split; same seed, same list."""
+def test_sft_examples_avoid_eval_and_validation_and_are_deterministic(task):
+    """make_sft_examples draws n fresh prompts, none in the eval or the validation split; same seed, same list. Ops
+    follow the mix before the held-out questions are rejected: with tiny held-out splits the mul share is 0.2."""
     examples = make_sft_examples(task, 3000, seed=7)
     assert len(examples) == 3000
-    assert not {p.question for p in examples} & {p.question for p in task.eval_prompts()}
+    held_out = {p.question for p in (*task.eval_prompts(), *task.validation_prompts())}
+    assert len(task.validation_prompts()) == 512 and not {p.question for p in examples} & held_out
     assert make_sft_examples(task, 3000, seed=7) == examples
     assert make_sft_examples(task, 0, seed=7) == []
+    few_held_out = ArithmeticTask(n_train=10, n_eval=1, n_val=1)
+    examples = make_sft_examples(few_held_out, 3000, seed=7)
     mul_share = sum(p.meta["op"] == "mul" for p in examples) / 3000
     assert abs(mul_share - 0.2) < 4 * np.sqrt(0.2 * 0.8 / 3000)  # 4 SE, as above
     with pytest.raises(ValueError, match="n must be"):

@@ -69,6 +69,15 @@ def test_splits_disjoint_deterministic_keys_unique(chain_sum):
     assert chain_sum.name == "reasoning_gym.chain_sum"
 
 
+def test_validation_split_is_disjoint_from_train_and_eval(chain_sum):
+    """The validation split (a third seed) holds none of the train or eval questions and is scored like them."""
+    val = chain_sum.validation_prompts()
+    seen = {p.question for p in (*chain_sum.train_prompts(), *chain_sum.eval_prompts())}
+    assert len(val) >= 20 and not seen & {p.question for p in val}
+    assert all(p.meta["split"] == "val" for p in val)
+    assert chain_sum.score(val[:2], [f"<answer>{p.answer}</answer>" for p in val[:2]]).rewards.tolist() == [1.0, 1.0]
+
+
 def test_unknown_dataset_and_bad_config_raise():
     """An unknown name lists close and valid names; a config the dataset rejects is a ValueError naming it."""
     with pytest.raises(ValueError, match="did you mean chain_sum.*valid names include"):

@@ -82,6 +82,19 @@ def test_nested_fields_split_and_dedup(tmp_path):
     assert len(MathFileTask(path, **kwargs, limit=10).train_prompts()) == 9  # 10 rows, 1 held out
 
 
+def test_val_fraction_holds_out_training_problems(tmp_path):
+    """val_fraction takes a seeded share of the training problems (25% of 18 ≈ 4) as a validation split disjoint from
+    train and eval; the default 0 keeps every training problem."""
+    path = _jsonl(tmp_path / "p.jsonl", [{"question": f"q{i}", "answer": i} for i in range(20)])
+    task = MathFileTask(path, val_fraction=0.25)
+    train, eval_, val = task.train_prompts(), task.eval_prompts(), task.validation_prompts()
+    assert (len(train), len(eval_), len(val)) == (14, 2, 4)
+    assert len({p.question for p in (*train, *eval_, *val)}) == 20
+    assert MathFileTask(path).validation_prompts() == ()
+    with pytest.raises(ValueError, match="val_fraction"):
+        MathFileTask(path, val_fraction=1.0)
+
+
 def test_eval_path_drops_overlap(tmp_path):
     """With eval_path, all of path trains and eval keeps only the eval file's problems not in train."""
     train_path = _jsonl(tmp_path / "a.jsonl", [{"question": "a", "answer": 1}, {"question": "b", "answer": 2}])

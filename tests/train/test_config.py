@@ -26,6 +26,9 @@ def test_packaged_configs_resolve_and_check():
     assert v05.allocator.options == {"k_init": 4, "k_max": 16, "c": 0.0039}
     eb = load_config("demo-v05-eb")
     assert (eb.estimator.name, eb.allocator.name, eb.prior.name) == ("v05_eb", "osla", "combined")
+    # OSLA buys extras for exactly the prompts whose prior v05_eb drops: its guard, at one level
+    assert eb.allocator.options["test"] == "eb_guard"
+    assert eb.allocator.options["guard_level"] == eb.estimator.options["guard_level"]
 
 
 def test_overrides_merge_and_yaml_round_trips(tmp_path):
@@ -112,3 +115,41 @@ def test_missing_trainer_dependency_names_the_extra():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 2
     assert "pip install 'v05[train]'" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_reward_range_01_is_read_as_text_from_yaml_and_overrides(tmp_path):
+    """``01`` is the integer 1 to YAML and to the dotlist parser; train.reward_range=01 still means "01"."""
+    assert load_config(None, ["train.reward_range=01"]).train.reward_range == "01"
+    path = tmp_path / "c.yaml"
+    path.write_text("train: {reward_range: 01}\n")
+    assert load_config(str(path)).train.reward_range == "01"
+    assert load_config(str(path), ["train.reward_range=pm1"]).train.reward_range == "pm1"
+    with pytest.raises(ValueError, match="reward_range"):
+        load_config(None, ["train.reward_range=2"])
+
+
+def test_v05_eb_with_the_papers_osla_test_warns(caplog):
+    """v05_eb + OSLA's paper test (or a guard level other than the estimator's) buys extras for prompts whose prior
+    v05_eb keeps: a warning names the pairing; every packaged config is paired (no warning)."""
+    with caplog.at_level("WARNING", logger="v05.train.config"):
+        load_config("demo-v05-eb", ["allocator.options.test=v05"])
+    assert "pair them with allocator.options.test=eb_guard" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="v05.train.config"):
+        load_config("demo-v05-eb", ["estimator.options.guard_level=0.05"])
+    assert "pair them" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="v05.train.config"):
+        for name in packaged_configs():
+            load_config(name)
+    assert "pair them" not in caplog.text
+
+
+def test_warm_start_differs_per_seed_unless_shared():
+    """warmup.per_seed (default): seeds 0 and 1 train different warm starts (the policy init and the SFT order are
+    offset by the seed); every method of one seed shares one; per_seed=false shares one across seeds."""
+    dirs = {(name, seed): warm_start_dir(load_config(name, [f"seed={seed}"])) for name in DEMO for seed in (0, 1)}
+    assert dirs[("demo-grpo4", 0)] != dirs[("demo-grpo4", 1)]
+    assert len({d for (_, seed), d in dirs.items() if seed == 1}) == 1
+    shared = [warm_start_dir(load_config("demo-grpo4", [f"seed={s}", "warmup.per_seed=false"])) for s in (0, 1)]
+    assert shared[0] == shared[1] == dirs[("demo-grpo4", 0)]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import signal
@@ -11,6 +10,7 @@ import numpy as np
 import pytest
 from safetensors.torch import load_file
 
+from tests.train._rows import comparable, rows_of
 from v05.registry import ALLOCATORS, ESTIMATORS
 from v05.train.config import load_config
 from v05.train.loop import train
@@ -20,9 +20,6 @@ PER_STEP = ("tokens_total", "wall_time", "rollouts_per_prompt", "k_hist", "zero_
             "grad_norm", "entropy", "clip_frac", "kl", "verifier_failures", "time/generate", "time/verify",
             "time/prior", "time/estimate", "time/update")  # fmt: skip
 
-
-def rows_of(run_dir):
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
 def method_overrides(estimator: str, allocator: str) -> list[str]:
@@ -92,8 +89,7 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path, tiny_overrides):
     a, b = rows_of(tmp_path / "full"), rows_of(tmp_path / "cut")
     assert [r["step"] for r in b] == [0, 1, 2, 3, 4]
     for ra, rb in zip(a, b, strict=True):
-        keys = {k for k in ra if not k.startswith("time/") and k != "wall_time"}
-        assert {k: ra[k] for k in keys} == {k: rb[k] for k in keys}, ra["step"]
+        assert comparable(ra) == comparable(rb), ra["step"]
     wa = load_file(tmp_path / "full" / "checkpoints" / "step_000004" / "policy" / "model.safetensors")
     wb = load_file(tmp_path / "cut" / "checkpoints" / "step_000004" / "policy" / "model.safetensors")
     assert wa.keys() == wb.keys() and all(bool((wa[k] == wb[k]).all()) for k in wa)
@@ -176,3 +172,36 @@ def test_value_quality_hand_case_and_prior_runs_log_it(tmp_path, tiny_overrides)
     train(cfg, tmp_path / "run")
     rows = [r for r in rows_of(tmp_path / "run") if r["step"] > 0]
     assert all("value/mae" in r and 0 <= r["value/mae"] <= 1 for r in rows)
+
+
+@pytest.mark.parametrize(("prior", "mode", "want"), [("history", "auto", "question"), ("history", "prompt", "prompt"),
+                                                     ("probe", "auto", "prompt")])  # fmt: skip
+def test_prior_reads_the_problem_text(tmp_path, tiny_overrides, monkeypatch, prior, mode, want):
+    """A text prior sees the bare problem ("3+4"), as V0 was trained, not the rendered prompt ("3+4=", or a chat
+    template on a real model); the probe prior, which reads the policy, sees what the policy sees; prior.input
+    overrides."""
+    import v05.train.loop as loop_module
+
+    seen: list[str] = []
+    real = loop_module.make_provider
+
+    def spy(name, **options):
+        provider = real(name, **options)
+        predict = provider.predict
+
+        def recording(ids, texts, *args, **kwargs):
+            seen.extend(texts)
+            return predict(ids, texts, *args, **kwargs)
+
+        provider.predict = recording
+        return provider
+
+    monkeypatch.setattr(loop_module, "make_provider", spy)
+    over = [*tiny_overrides, "train.steps=1", "estimator.name=v05_eb", "estimator.options={scale: none}",
+            f"prior.name={prior}", f"prior.input={mode}"]  # fmt: skip
+    if prior == "probe":
+        over += ["prior.options={context_size: 64, min_context: 4, head_options: {n_components: 4}}",
+                 "poise.features={layer: -1, n_prompt: 4}"]  # fmt: skip
+    train(load_config(None, over), tmp_path / "run")
+    assert len(seen) == 8
+    assert all(t.endswith("=") for t in seen) == (want == "prompt")

@@ -13,10 +13,15 @@ recorded rewards, sliced as TRL slices). TRL's own advantages are computed and d
 
 Multi-process layout (what we assume, as TRL does): ``_calculate_rewards`` returns the rewards of *all* processes,
 gathered in process order, and the prompts of a group are contiguous in that order (TRL's ``RepeatSampler``; a group
-may straddle two processes). Every process gathers the prompt keys (accelerate's ``gather_object``), runs the prior
-and the estimator on the whole batch — identically, so provider and estimator states stay in sync without
-communication — and keeps ``advantages[p·n : (p + 1)·n]`` (p = process index, n = local rollouts), TRL's
-``process_slice``. The layout is checked: a block of K rollouts whose prompt keys differ raises.
+may straddle two processes). Every process gathers the prompt keys (accelerate's ``gather_object``) and checks the
+layout (a block of K rollouts whose prompt keys differ raises). The v05 state lives on the main process (rank 0): only
+there is the provider built, and only there do ``provider.predict``, ``estimate`` and ``provider.update`` run, on the
+whole batch; the prior, the estimate (advantages and estimator state) and the provider's calibration are then
+broadcast (accelerate's ``broadcast_object_list``), so every process holds the same prior, advantages, estimator
+state and ``v05/*`` metrics, bit for bit, whatever the provider's numerics, and keeps ``advantages[p·n : (p + 1)·n]``
+(p = process index, n = local rollouts), TRL's ``process_slice``. Checkpoints: the main process writes the provider
+and estimator states to ``v05_state.json`` in TRL's checkpoint folder; on resume the main process restores the
+provider and every process the estimator state.
 
 Deviations from TRL and limits:
 
@@ -28,8 +33,8 @@ Deviations from TRL and limits:
   (r − r̄)/(std + ε): v05 (as verl) uses 1e-6, TRL 1e-4 (``v05_estimator_options={"eps": 1e-4}`` matches TRL).
 - Fixed K only: TRL samples ``num_generations`` rollouts for every prompt, so OSLA's per-prompt extra rollouts
   (and any allocator but ``fixed``) are refused; use v05's trainer or the verl plugin for ragged budgets.
-- Prior and estimator states live on the trainer and are not written into TRL checkpoints (a resumed run restarts
-  them). Evaluation batches use the prior but do not update it or the estimator state.
+- Evaluation batches use the prior but do not update it or the estimator state. A checkpoint without
+  ``v05_state.json`` (e.g. saved by plain TRL) resumes with a fresh provider and estimator state, with a warning.
 
 TRL workarounds (TRL 1.16 + transformers 5): TRL defaults ``gradient_checkpointing=True``, a deprecated alias that
 warns and recomputes activations — pass :func:`no_checkpointing_args` on small models. A tokenizer without a
@@ -43,8 +48,10 @@ import contextlib
 import copy
 import inspect
 import json
+import os
 import random
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,15 +59,18 @@ from typing import Any
 import numpy as np
 import torch
 import trl
+from accelerate.utils import broadcast_object_list, gather_object
 from packaging.version import InvalidVersion, Version
 from transformers import TrainerCallback
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from v05._types import FloatArray, IntArray
 from v05.estimators import Estimate
-from v05.priors import PROVIDERS, group_outcomes, make_provider
+from v05.priors import PROVIDERS, Calibration, group_outcomes, make_provider
 from v05.registry import ALLOCATORS, ESTIMATORS, EstimatorSpec, estimate, get_estimator
 from v05.tasks.base import prompt_key
+from v05.train.state import state_from_json, state_to_json
 
 SUPPORTED_TRL = ">=1.16,<2"
 """TRL versions this adapter supports (it wraps private ``GRPOTrainer`` methods; tested on 1.16.0)."""
@@ -71,6 +81,8 @@ FIXED_K_MESSAGE = (
 )
 _ADAPTER_OPTIONS = ("state", "prompt_ids", "step", "prior", "mu")  # filled by the adapter, never by the user
 _TRL_SCALE = {"group_std": "group", "none": "none"}  # v05 scale → TRL's scale_rewards name (others: "none")
+STATE_FILE = "v05_state.json"
+"""The file in each TRL checkpoint folder that holds the provider and estimator states (written by the main process)."""
 
 
 def no_checkpointing_args() -> dict[str, bool]:
@@ -253,18 +265,30 @@ class _Recorded:
     n_local: int
 
 
+@dataclass(frozen=True, slots=True)
+class _Shared:
+    """What the main process computes for a generation batch and broadcasts to the others."""
+
+    prior: FloatArray | None  # (G,) 0/1 scale
+    estimate: Estimate  # advantages (N,) and the estimator state after the batch
+    calibration: Calibration | None  # the provider's, after its update (for the v05/prior_* metrics)
+
+
 class V05GRPOTrainer(trl.GRPOTrainer):
     """``trl.GRPOTrainer`` whose advantages come from a v05 estimator (and prior provider); the rest is TRL's.
 
-    Per generation batch: V = provider.predict(keys, texts) → A = estimate(estimator, rewards, group, prior=V) →
-    provider.update(keys, texts, group means, counts) (training batches only). ``v05/*`` metrics go to TRL's own
+    Per generation batch, on the main process: V = provider.predict(keys, texts) → A = estimate(estimator, rewards,
+    group, prior=V) → provider.update(keys, texts, group means, counts) (training batches only); V, A and the
+    estimator state are broadcast to the other processes. ``v05/*`` metrics go to TRL's own
     metric log (``v05/zero_adv_frac``, ``v05/adv_abs_mean``, and when defined ``v05/mean_weight``,
     ``v05/reject_rate``, ``v05/n0``, ``v05/prior_mean``, ``v05/prior_tau2``, ``v05/prior_auc``, ``v05/prior_n0``,
-    ``v05/prior_n``). The override point and the multi-process layout: module docstring.
+    ``v05/prior_n``). The override point, the multi-process layout and checkpoints: module docstring.
 
     Attributes:
-        v05_provider: the prior provider, or None for estimators without a prior.
-        v05_state: the estimator state carried across steps (``v05_eb``, ``dbb``), else None.
+        v05_provider: the prior provider on the main process; None on the other processes (they receive its
+            prediction) and for estimators without a prior.
+        v05_state: the estimator state carried across steps (``v05_eb``, ``dbb``), else None; the main process's,
+            broadcast, so the same on every process.
         v05_last_batch: a :class:`V05Batch` for the latest generation batch (None before the first).
     """
 
@@ -291,8 +315,8 @@ class V05GRPOTrainer(trl.GRPOTrainer):
             raise ValueError(f"V05GRPOTrainer needs args=V05GRPOConfig(...), got {type(args).__name__}")
         self.v05_spec = get_estimator(args.v05_estimator)
         self.v05_provider = None
-        if self.v05_spec.uses_prior and args.v05_prior is not None:
-            self.v05_provider = make_provider(args.v05_prior, **args.v05_prior_options)
+        if self.v05_spec.uses_prior and args.v05_prior is not None and args.process_index == 0:
+            self.v05_provider = make_provider(args.v05_prior, **args.v05_prior_options)  # main process only
         self.v05_state: object | None = None
         self.v05_last_batch: V05Batch | None = None
         self._v05_recorded: _Recorded | None = None
@@ -300,8 +324,6 @@ class V05GRPOTrainer(trl.GRPOTrainer):
 
     def _calculate_rewards(self, inputs: Any, prompts: Any, completions: Any, completion_ids_list: Any) -> Any:
         """TRL's gathered rewards (unchanged); also records the gathered prompt keys and texts for v05."""
-        from accelerate.utils import gather_object  # noqa: PLC0415
-
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         texts = [_prompt_text(p) for p in prompts]
         keys = [_row_key(row, text) for row, text in zip(inputs, texts, strict=True)]
@@ -331,13 +353,24 @@ class V05GRPOTrainer(trl.GRPOTrainer):
         return output
 
     def _v05_estimate(self, recorded: _Recorded, k: int, mode: str, process_slice: slice) -> V05Batch:
-        """Prior → estimator → prior update on the gathered batch; logs ``v05/*`` metrics and TRL's completion log."""
-        rewards = _weighted_rewards(recorded.rewards_per_func, self.reward_weights)  # (N,)
+        """Checks on every process; prior → estimator → prior update on the main one, broadcast; logs ``v05/*``."""
+        rewards = _weighted_rewards(recorded.rewards_per_func, self.reward_weights)  # (N,) same on every process
         n = len(rewards)
         if k < 1 or n % k:
             raise ValueError(f"{n} rollouts do not split into groups of num_generations={k}")
         group = np.arange(n) // k  # (N,) TRL's contiguous layout
         keys_g, texts_g = _group_keys(recorded.keys, recorded.texts, k)  # (G,), (G,)
+        shared = self._v05_from_main(lambda: self._v05_compute(rewards, group, keys_g, texts_g, mode))
+        if mode == "train" and self.v05_spec.stateful:
+            self.v05_state = shared.estimate.state
+        self._v05_log(mode, shared, group)
+        engine = self._v05_swap_logged_advantages(shared.estimate.advantages)
+        return V05Batch(mode, tuple(keys_g), rewards, group, shared.prior, shared.estimate, engine, process_slice)
+
+    def _v05_compute(
+        self, rewards: FloatArray, group: IntArray, keys_g: np.ndarray, texts_g: list[str], mode: str
+    ) -> _Shared:
+        """Prior → estimator → prior update on the whole batch (the main process's provider and state)."""
         spec, args = self.v05_spec, self.args
         options: dict[str, Any] = dict(args.v05_estimator_options)
         prior = None
@@ -353,29 +386,46 @@ class V05GRPOTrainer(trl.GRPOTrainer):
         if "step" in spec.options:
             options["step"] = int(self.state.global_step)
         est = estimate(args.v05_estimator, rewards, group, prior=prior, reward_range="01", **options)
-        if mode == "train":
-            if spec.stateful:
-                self.v05_state = est.state
-            if self.v05_provider is not None:
-                scores, counts = group_outcomes(rewards, group, reward_range="01")
-                self.v05_provider.update(list(keys_g), list(texts_g), scores, counts, step=int(self.state.global_step))
-        self._v05_log(mode, est, group, prior)
-        engine = self._v05_swap_logged_advantages(est.advantages)
-        return V05Batch(mode, tuple(keys_g), rewards, group, prior, est, engine, process_slice)
+        if mode == "train" and self.v05_provider is not None:
+            scores, counts = group_outcomes(rewards, group, reward_range="01")
+            self.v05_provider.update(list(keys_g), list(texts_g), scores, counts, step=int(self.state.global_step))
+        calibration = self.v05_provider.calibration() if self.v05_provider is not None else None
+        return _Shared(prior, est, calibration)
 
-    def _v05_log(self, mode: str, est: Estimate, group: IntArray, prior: FloatArray | None) -> None:
-        metrics = self._metrics[mode]
+    def _v05_from_main(self, compute: Callable[[], _Shared]) -> _Shared:
+        """``compute()`` on the main process, broadcast to the others; an error there is raised on every process.
+
+        The other processes would otherwise wait in the broadcast until the process group's timeout.
+        """
+        if self.accelerator.num_processes == 1:
+            return compute()
+        payload: list[_Shared | str | None] = [None]
+        error: Exception | None = None
+        if self.accelerator.is_main_process:
+            try:
+                payload[0] = compute()
+            except Exception as err:  # re-raised below, once the other processes know
+                error = err
+                payload[0] = f"{type(err).__name__}: {err}"
+        broadcast_object_list(payload, from_process=0)
+        if error is not None:
+            raise error
+        if not isinstance(payload[0], _Shared):
+            raise RuntimeError(f"the main process failed to compute the v05 advantages: {payload[0]}")
+        return payload[0]
+
+    def _v05_log(self, mode: str, shared: _Shared, group: IntArray) -> None:
+        metrics, est = self._metrics[mode], shared.estimate
         moved_g = np.bincount(group, weights=(np.abs(est.advantages) > 1e-12).astype(np.float64))  # (G,)
         metrics["v05/zero_adv_frac"].append(float(np.mean(moved_g == 0)))
         metrics["v05/adv_abs_mean"].append(float(np.mean(np.abs(est.advantages))))
         for name, values in (("mean_weight", est.weight), ("reject_rate", est.reject), ("n0", est.n0)):
             if values is not None:
                 metrics[f"v05/{name}"].append(float(np.mean(values)))
-        if self.v05_provider is not None and prior is not None:
-            cal = self.v05_provider.calibration()
-            metrics["v05/prior_mean"].append(float(np.mean(prior)))
+        if shared.calibration is not None and shared.prior is not None:
+            metrics["v05/prior_mean"].append(float(np.mean(shared.prior)))
             for name in ("tau2", "auc", "n0", "n"):
-                metrics[f"v05/prior_{name}"].append(float(getattr(cal, name)))
+                metrics[f"v05/prior_{name}"].append(float(getattr(shared.calibration, name)))
 
     def _v05_swap_logged_advantages(self, advantages: FloatArray) -> FloatArray | None:
         """Put v05's advantages in TRL's completion log; return TRL's (the log's tail) if it held them all."""
@@ -386,6 +436,55 @@ class V05GRPOTrainer(trl.GRPOTrainer):
             logged.pop()
         logged.extend(advantages.tolist())
         return engine
+
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        """TRL's checkpoint, plus the provider and estimator states in ``v05_state.json`` (main process)."""
+        super()._save_checkpoint(model, trial)
+        if not self.args.should_save:
+            return
+        folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+        state = {
+            "estimator": self.args.v05_estimator,
+            "prior": self.args.v05_prior if self.v05_provider is not None else None,
+            "estimator_state": state_to_json(self.v05_state),
+            "provider": self.v05_provider.state_dict() if self.v05_provider is not None else None,
+        }
+        path = os.path.join(folder, STATE_FILE)
+        with open(f"{path}.tmp", "w", encoding="utf-8") as fh:
+            json.dump(state, fh)
+        os.replace(f"{path}.tmp", path)
+
+    def _load_optimizer_and_scheduler(self, checkpoint: Any) -> None:
+        """TRL's resume (every process, every backend), plus the v05 states from ``checkpoint``'s ``v05_state.json``."""
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is None:
+            return
+        path = os.path.join(checkpoint, STATE_FILE)
+        restores = self.v05_spec.stateful or (self.v05_spec.uses_prior and self.args.v05_prior is not None)
+        if not os.path.exists(path):
+            if restores:
+                warnings.warn(
+                    f"{checkpoint} has no {STATE_FILE} (not saved by V05GRPOTrainer): the prior provider and the "
+                    "estimator state start afresh",
+                    stacklevel=2,
+                )
+            return
+        with open(path, encoding="utf-8") as fh:
+            state = json.load(fh)
+        carried = self.v05_spec.stateful or state["estimator_state"] is not None
+        if carried and state["estimator"] != self.args.v05_estimator:
+            raise ValueError(
+                f"{path} holds the state of v05_estimator={state['estimator']!r}, not {self.args.v05_estimator!r}: "
+                "resume with the estimator it was saved with"
+            )
+        self.v05_state = state_from_json(state["estimator_state"])
+        if self.v05_provider is not None:
+            if state["provider"] is None or state["prior"] != self.args.v05_prior:
+                raise ValueError(
+                    f"{path} holds no state of v05_prior={self.args.v05_prior!r} (found {state['prior']!r}): "
+                    "resume with the prior it was saved with"
+                )
+            self.v05_provider.load_state_dict(state["provider"])
 
 
 def _weighted_rewards(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> FloatArray:

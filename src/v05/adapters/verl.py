@@ -1,10 +1,18 @@
 r"""verl plugin (0.9.1 ≤ verl < 0.10): v05's estimators as verl advantage estimators, and the ``v05`` trainer mode.
 
-Load it with ``VERL_USE_EXTERNAL_MODULES=v05.adapters.verl``: verl imports the module (``verl/__init__.py``:49–52,
-``utils/import_utils.import_external_libs``), and because that variable names it the import calls :func:`register`,
-which checks verl's version and registers the estimators and the trainer mode. Any other import registers nothing
-(call :func:`register` then). This module and :mod:`v05.adapters.verl_trainer` (the trainer mode, split off to stay
-under ~500 lines) are the only modules of v05 built on verl (``v05.bench`` imports it only as a timing anchor).
+How verl loads it (verl 0.9.1 ``verl/__init__.py``, run on every ``import verl``, in the driver and in each Ray
+worker): first ``VERL_USE_EXTERNAL_MODULES`` (comma-separated modules, ``utils/import_utils.import_external_libs``;
+an import error propagates), then every entry point of the group ``verl.plugins`` (``importlib.metadata``; policy
+``VERL_USE_EXTERNAL_PLUGINS``: ``auto`` (default) all, ``none`` none, or a comma-separated list of entry-point names).
+verl's ``EntryPoint.load()`` only imports the module and swallows any exception (logged at DEBUG). v05 declares
+``v05 = "v05.adapters.verl_plugin"`` in that group (pyproject.toml), a shim that imports this module and logs an
+import failure at ERROR; this module calls :func:`register` at import when
+verl asks for it: the variable names it, or the ``v05`` entry point is installed and the policy admits it. That is
+registration at import, forced by verl's plugin protocol (it calls nothing). Because verl hides plugin exceptions,
+a failed registration is logged at ERROR with the traceback before it is re-raised. Any other import registers
+nothing (``VERL_USE_EXTERNAL_PLUGINS=none``, or v05 not installed as a distribution): call :func:`register` then.
+This module and :mod:`v05.adapters.verl_trainer` (the trainer mode, split off to stay under ~500 lines) are the only
+modules of v05 built on verl (``v05.bench`` imports it only as a timing anchor).
 
 verl terms are translated here: a rollout's outcome reward is Σ_t ``token_level_rewards[i, t]``; its group is the
 dense index of its ``uid`` (``v05.groups.group_index``; an OSLA extra round's uid names its prompt's uid in
@@ -43,6 +51,7 @@ import math
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
+from importlib.metadata import entry_points
 from typing import Any, Literal
 
 import numpy as np
@@ -71,6 +80,9 @@ GROUP_FIELD = "v05_group"
 """``extra_info`` field naming the uid whose group an OSLA extra round's rollouts join."""
 TRAINER_MODE = "v05"
 """The V1 trainer mode name: ``trainer.v1.trainer_mode=v05``."""
+PLUGIN_GROUP, PLUGIN_NAME, PLUGIN_MODULE = "verl.plugins", "v05", "v05.adapters.verl_plugin"
+"""verl's entry-point group, v05's entry in it and the module it names (pyproject.toml
+``[project.entry-points."verl.plugins"]``; :mod:`v05.adapters.verl_plugin` imports this module, loudly)."""
 _ADAPTER_OPTIONS = ("state", "prompt_ids", "step", "prior", "mu")  # filled by the adapter, never by the user
 
 
@@ -96,7 +108,7 @@ def check_verl_version(version: str | None = None) -> None:
     if not (0, 9, 1) <= tuple(release[:3]) < (0, 10):
         raise ValueError(
             f"v05.adapters.verl supports verl{SUPPORTED_VERL} (tested on 0.9.1), found verl {found!r}; "
-            "install a supported version: pip install 'v05[verl]' (verl==0.9.1)"
+            "install one (pip install 'v05[verl]' resolves one) or a v05 release that supports it"
         )
 
 
@@ -106,6 +118,8 @@ class VerlConfig:
 
     >>> VerlConfig.from_algorithm({"v05": {"reward_range": "pm1"}}).prior_scale
     'pass_rate'
+    >>> VerlConfig.from_algorithm({"v05": {"reward_range": 1}}).reward_range  # +algorithm.v05.reward_range=01
+    '01'
     """
 
     reward_range: RewardRange = "01"
@@ -118,6 +132,10 @@ class VerlConfig:
     key_field: str = "index"
     """``extra_info`` field with a stable prompt key (verl's data scripts write ``index``); the trainer mode falls back
     to a sha1 of the prompt text."""
+    text_field: str = "question"
+    """trainer mode: ``extra_info`` field with the prompt's bare problem text, which a text-reading provider (``v0``,
+    ``combined``) embeds: V0 was trained on problem texts, not on the chat template around them (verl's gsm8k and
+    geo3k scripts write ``question``; ``examples/verl/add_problem_text.py`` adds it to DAPO-Math-17k)."""
     options: dict[str, Any] = field(default_factory=dict)
     """keyword options of the estimator (e.g. ``{"noise": "plugin"}``, ``{"lambda_": 0.7}``)."""
     feed_n0: bool = True
@@ -163,6 +181,8 @@ class VerlConfig:
         unknown = sorted(set(raw) - set(valid))  # type: ignore[arg-type]
         if unknown:
             raise ValueError(f"unknown key(s) algorithm.v05.{', '.join(unknown)}; valid: {', '.join(valid)}")
+        if raw.get("reward_range") == 1 and not isinstance(raw["reward_range"], bool):  # Hydra reads ``01`` as 1
+            raw["reward_range"] = "01"
         return cls(**raw)  # type: ignore[arg-type]
 
 
@@ -256,6 +276,8 @@ class VerlStep:
         estimate: the v05 estimate (advantages (N,), baseline, weight, reject, n0, state).
         reward_range: the scale of ``rewards`` and ``prior``.
         n_padding: padding rows skipped.
+        n_outputs: rows folded into the trajectory whose final output they precede (multi-output agent loops: one
+            trajectory is one rollout; its advantage is broadcast to all its outputs).
     """
 
     rewards: FloatArray
@@ -266,12 +288,41 @@ class VerlStep:
     estimate: Estimate
     reward_range: RewardRange
     n_padding: int
+    n_outputs: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class _Binding:
     rows: Mapping[str, PromptRow]
     step: int | None
+    owner: IntArray | None  # (bs,) the row holding each row's trajectory outcome, or None: one row per rollout
+
+
+def trajectory_owner(trajectory_keys: Sequence[object]) -> IntArray:
+    """(bs,) for each row of a verl V1 batch, the row holding the final output of its trajectory.
+
+    verl's TransferQueue key of an agent-loop output is ``{uid}_{session}_{index}`` (v1/agent_loop_tq.py): a session
+    (trajectory) of a multi-output agent loop writes outputs 0, 1, …, and its reward sits on the last one. verl's
+    ``compute_advantage_for_multi_trajectories`` (v1/utils.py) keeps the final output per session for ``grpo`` only and
+    hands every row to other estimators; v05 counts trajectories, as verl's grpo does.
+
+    Raises:
+        ValueError: a key not of the form ``{uid}_{session}_{index}``.
+
+    >>> trajectory_owner(["a_0_0", "a_0_1", "a_1_0", "pad9_0_0"]).tolist()
+    [1, 1, 2, 3]
+    """
+    last: dict[str, tuple[int, int]] = {}
+    sessions = []
+    for row, key in enumerate(trajectory_keys):
+        parts = str(key).rsplit("_", 2)
+        if len(parts) != 3 or not parts[2].isdigit():
+            raise ValueError(f"trajectory key {key!r} is not verl's {{uid}}_{{session}}_{{index}}")
+        session, index = f"{parts[0]}_{parts[1]}", int(parts[2])
+        sessions.append(session)
+        if session not in last or last[session][0] < index:
+            last[session] = (index, row)
+    return np.asarray([last[s][1] for s in sessions], dtype=np.int64)
 
 
 class VerlEstimator:
@@ -306,13 +357,26 @@ class VerlEstimator:
         self.state_, self.last_ = None, None
 
     @contextlib.contextmanager
-    def bind(self, rows: Mapping[str, PromptRow], *, step: int | None = None) -> Iterator[None]:
+    def bind(
+        self,
+        rows: Mapping[str, PromptRow],
+        *,
+        step: int | None = None,
+        trajectory_keys: Sequence[object] | None = None,
+    ) -> Iterator[None]:
         """Within the block, calls read their prompts from ``rows`` (uid → :class:`PromptRow`) and ``step``.
 
         This is how the prompt rows reach the estimator through verl's ``compute_advantage``, which passes no
         ``non_tensor_batch`` to registered estimators (module docstring).
+
+        Args:
+            rows: uid → the prompt's row.
+            step: the training step (``dbb``'s history).
+            trajectory_keys: (bs,) verl V1's TransferQueue key of each batch row, in row order: rows of one
+                trajectory (multi-output agent loops) then count as one rollout (:func:`trajectory_owner`).
         """
-        self._binding, self.last_ = _Binding(rows, step), None
+        owner = None if trajectory_keys is None else trajectory_owner(trajectory_keys)
+        self._binding, self.last_ = _Binding(rows, step, owner), None
         try:
             yield
         finally:
@@ -352,19 +416,29 @@ class VerlEstimator:
         if index is None:
             raise ValueError(f"{self.name} groups rollouts by uid; verl passed no index (non_tensor_batch['uid'])")
         uids = np.asarray([str(u) for u in index], dtype=object)  # (bs,)
+        owner = np.arange(len(uids))  # (bs,) one row, one rollout
         if self._binding is not None:
             rows, step = self._binding.rows, self._binding.step
+            if self._binding.owner is not None:
+                if len(self._binding.owner) != len(uids):
+                    raise ValueError(
+                        f"{self.name} was bound to {len(self._binding.owner)} trajectory keys for {len(uids)} rows"
+                    )
+                owner = self._binding.owner
         elif non_tensor_batch is not None:
             rows, step = prompt_rows(uids, non_tensor_batch.get("extra_info"), config=cfg), None
         else:
             rows, step = {}, None
         scores = token_level_rewards.detach().sum(dim=-1).to("cpu", torch.float64).numpy()  # (bs,)
         real = np.array([not is_padding(u) for u in uids], dtype=bool)  # (bs,)
+        final = owner == np.arange(len(uids))  # (bs,) the row carrying its trajectory's outcome
+        use = real & final
         adv = np.zeros(len(uids))
-        if real.any():
-            result = self._estimate(scores[real], uids[real], rows, cfg, step)
-            adv[real] = result.estimate.advantages
-            self.last_ = replace(result, n_padding=int((~real).sum()))
+        if use.any():
+            result = self._estimate(scores[use], uids[use], rows, cfg, step)
+            adv[use] = result.estimate.advantages
+            adv = adv[owner]  # (bs,) each output gets its trajectory's advantage
+            self.last_ = replace(result, n_padding=int((~real).sum()), n_outputs=int((real & ~final).sum()))
         out = torch.as_tensor(adv, dtype=token_level_rewards.dtype, device=token_level_rewards.device)
         advantages = out.unsqueeze(-1) * response_mask  # (bs, L)
         return advantages, advantages
@@ -447,7 +521,8 @@ def estimator_for(name: str) -> VerlEstimator:
     if not isinstance(fn, VerlEstimator):
         raise ValueError(
             f"algorithm.adv_estimator={name!r} is not a v05 estimator; valid: {', '.join(VERL_ESTIMATORS)} "
-            "(registered by v05.adapters.verl.register(), e.g. through VERL_USE_EXTERNAL_MODULES=v05.adapters.verl)"
+            "(registered by v05.adapters.verl.register(); verl loads the plugin through v05's verl.plugins entry "
+            "point, or VERL_USE_EXTERNAL_MODULES=v05.adapters.verl)"
         )
     return fn
 
@@ -483,18 +558,45 @@ def register(*, trainer: bool = True) -> tuple[str, ...]:
 
 
 def _requested_by_verl() -> bool:
-    """True when verl imports this module because ``VERL_USE_EXTERNAL_MODULES`` names it."""
-    return __name__ in [m.strip() for m in os.environ.get("VERL_USE_EXTERNAL_MODULES", "").split(",")]
+    """True when verl loads this module as a plugin (module docstring).
+
+    ``VERL_USE_EXTERNAL_MODULES`` names it, or v05's ``verl.plugins`` entry point is installed and
+    ``VERL_USE_EXTERNAL_PLUGINS`` (verl's policy: ``auto`` by default, ``none``, or entry-point names) admits it.
+    """
+    if __name__ in [m.strip() for m in os.environ.get("VERL_USE_EXTERNAL_MODULES", "").split(",")]:
+        return True
+    policy = os.environ.get("VERL_USE_EXTERNAL_PLUGINS", "auto").strip().lower()
+    if policy == "none" or (policy != "auto" and PLUGIN_NAME not in {p.strip() for p in policy.split(",")}):
+        return False
+    ours = (PLUGIN_MODULE, __name__)
+    return any(ep.name == PLUGIN_NAME and ep.value in ours for ep in entry_points(group=PLUGIN_GROUP))
+
+
+def _register_for_verl() -> None:
+    """:func:`register`, logging a failure at ERROR first: verl's entry-point loader swallows plugin exceptions."""
+    try:
+        register()
+    except Exception:
+        logger.error(
+            "the v05 verl plugin (%s) failed to register: v05's estimators and trainer mode are NOT available in "
+            "this process (verl hides plugin errors; the cause follows)",
+            __name__,
+            exc_info=True,
+        )
+        raise
 
 
 if _requested_by_verl():
-    register()
+    _register_for_verl()
 
 
 __all__ = [
     "GROUP_FIELD",
     "KEY_FIELD",
     "PAD_PREFIX",
+    "PLUGIN_GROUP",
+    "PLUGIN_MODULE",
+    "PLUGIN_NAME",
     "SUPPORTED_VERL",
     "TRAINER_MODE",
     "VERL_ESTIMATORS",
@@ -507,5 +609,6 @@ __all__ = [
     "is_padding",
     "prompt_rows",
     "register",
+    "trajectory_owner",
     "verl_name",
 ]

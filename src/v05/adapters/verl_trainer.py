@@ -16,16 +16,27 @@ module needs neither verl nor ``transfer_queue``; it overrides five methods (v1/
 ``_next_train_batch`` (:1479), ``_build_replay_buffer`` (:139; wraps verl's buffer), ``_compute_advantage``
 (:1743; calls verl's, bound), ``_save_checkpoint``/``_load_checkpoint`` (:948/:850; adds ``v05_state.json``).
 
-One step: prior V = provider.predict(keys, texts) → ``extra_info[prior_key]`` (and ``__rollout_n__ = k_init`` for
-OSLA) → verl's agent loop → replay buffer → OSLA rounds (``v05.allocation.allocate``; each extra round submits the
-rejected prompts again under new uids, ``extra_info["v05_group"]`` naming the original) → verl's advantage step with
-the rows read back from the rollouts' ``extra_info`` → provider.update(outcomes) → ``v05/*`` metrics.
+One step: prior V = provider.predict(keys, problem texts ``extra_info[text_field]``) → ``extra_info[prior_key]`` (and
+``__rollout_n__ = k_init`` for OSLA) → verl's agent loop → replay buffer → OSLA rounds (``v05.allocation.allocate``;
+each extra round submits the rejected prompts again under new uids, ``extra_info["v05_group"]`` naming the original)
+→ verl's advantage step with the rows read back from the rollouts' ``extra_info`` and one rollout per trajectory
+(a multi-output agent loop's outputs share their trajectory's advantage) → provider.update(outcomes) → ``v05/*``.
+
+Failed agent-loop sessions (verl marks the prompt ``failure`` and keeps its other sessions): with ``fixed`` the group
+trains on the sessions that finished, as in verl; with OSLA a prompt with a failed round-0 session leaves the step
+(its group is dropped, ``v05/osla/dropped_prompts``) and a failed extra-round session is drawn again under a new uid
+(up to :data:`EXTRA_ROUND_RETRIES` times, ``v05/osla/retried_rollouts``), because OSLA's test needs every rollout
+it asked for. Checkpoints: ``v05_state.json`` is written into ``global_step_<n>/`` (and copied to
+``default_hdfs_dir``, where verl copies the checkpoint) *before* verl writes its ``latest_checkpointed_iteration.txt``
+marker, so a resumable checkpoint always has it; resuming from one without it raises.
 
 verl-forced workarounds: verl switches replay buffer, dataloader chunking and checkpointing on
 ``trainer_mode == "sync"`` (v1/trainer_base.py:153, :731, :902, :1004, :1499), so a mode named ``v05`` would get the
 async paths; :attr:`V05TrainerMixin.trainer_mode` therefore reads ``"sync"``. The actor's mini-batch is
 ``ppo_mini_batch_size × rollout.n`` rollouts (:1589) while OSLA's batches vary in size: verl pads each batch to a
-multiple of it with zero-loss ``pad`` rows, which the estimators skip.
+multiple of it with zero-loss ``pad`` rows, which the estimators skip. OSLA refuses
+``trainer.v1.sync.parameter_sync_step`` > 1: verl then samples the step in sub-batches and sleeps the replicas after
+each, so the extra rounds of the later sub-batches would have no replicas to run on.
 """
 
 from __future__ import annotations
@@ -34,6 +45,7 @@ import functools
 import json
 import logging
 import os
+import tempfile
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -51,6 +63,7 @@ from v05.adapters.verl import (
     VerlStep,
     estimator_for,
     prompt_rows,
+    trajectory_owner,
 )
 from v05.allocation import OSLA, Allocation, allocate
 from v05.estimators import PriorErrorState
@@ -70,6 +83,9 @@ logger = logging.getLogger(__name__)
 
 STATE_FILE = "v05_state.json"
 """Written beside verl's checkpoint in ``global_step_<n>/``: estimator state and provider state (JSON)."""
+EXTRA_ROUND_RETRIES = 2
+"""How often OSLA redraws the failed sessions of one extra round before the step stops."""
+_ID_ONLY_PROVIDERS = ("running_mean", "history")  # providers that read prompt keys, never the text
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +154,7 @@ class V05TrainerMixin:
         self.v05_provider = None if cfg.provider is None else make_provider(cfg.provider, **cfg.provider_options)
         self.v05_last_allocation: Allocation | None = None
         self._v05_prompts: dict[str, _Prompt] = {}
+        self._v05_counts = {"dropped_prompts": 0, "retried_rollouts": 0}  # OSLA's failure handling, this step
         self.v05_estimator.reset()
         super().__init__(config)  # type: ignore[call-arg]
 
@@ -163,11 +180,12 @@ class V05TrainerMixin:
 
         cfg = self.v05_config
         rows = _rows_of(batch)
-        texts = [_prompt_text(r.get("raw_prompt")) for r in rows]
+        chats = [_prompt_text(r.get("raw_prompt")) for r in rows]
         infos = [dict(r.get("extra_info") or {}) for r in rows]
-        for info, text in zip(infos, texts, strict=True):
+        for info, chat in zip(infos, chats, strict=True):
             own = info.get(cfg.key_field)
-            info[KEY_FIELD] = prompt_key("sha1", text) if own is None else str(own)
+            info[KEY_FIELD] = prompt_key("sha1", chat) if own is None else str(own)
+        texts = _problem_texts(infos, chats, cfg)
         if self.v05_provider is not None:
             pred = self.v05_provider.predict([i[KEY_FIELD] for i in infos], texts)
             for info, v, n0 in zip(infos, pred.mean, pred.n0, strict=True):
@@ -184,8 +202,13 @@ class V05TrainerMixin:
         return batch
 
     def _v05_rounds(self, batch: KVBatchMeta, global_steps: int) -> KVBatchMeta:
-        """OSLA over the sampled prompts: round 0 is the sampled batch; extra rounds go through verl's agent loop."""
-        pool = [self._v05_prompts[u] for u in dict.fromkeys(_prompt_uid(k) for k in batch.keys)]
+        """OSLA over the sampled prompts: round 0 is the sampled batch; extra rounds go through verl's agent loop.
+
+        Prompts with a failed round-0 session are dropped first (module docstring); extra rounds redraw failed
+        sessions. Returns the kept round-0 rollouts and every extra round's, as one batch.
+        """
+        batch, by_uid = self._v05_drop_failed(batch, global_steps)
+        pool = [self._v05_prompts[u] for u in by_uid]
         missing = sum(p.prior is None for p in pool)
         if missing:
             raise ValueError(
@@ -197,20 +220,14 @@ class V05TrainerMixin:
 
         def sample(ids: IntArray, counts: IntArray) -> FloatArray:
             if not metas:
-                meta, uid_of = batch, {int(i): pool[i].uid for i in ids}
+                meta, got = batch, {int(i): by_uid[pool[int(i)].uid] for i in ids}
             else:
-                meta, uid_of = self._v05_extra_round(pool, ids, counts, global_steps)
+                meta, got = self._v05_extra_round(pool, ids, counts, global_steps)
             metas.append(meta)
-            by_uid = _session_rewards(meta)
-            out = []
             for i, c in zip(ids, counts, strict=True):
-                got = by_uid.get(uid_of[int(i)], [])
-                if len(got) != c:
-                    raise RuntimeError(
-                        f"prompt {pool[i].key!r} returned {len(got)} of {c} rollouts (failed sessions?); OSLA needs all"
-                    )
-                out.extend(got)
-            return np.asarray(out, np.float64)
+                if len(got[int(i)]) != c:  # round 0 holds k_init complete sessions per kept prompt
+                    raise RuntimeError(f"osla asked {c} rollouts of prompt {pool[i].key!r}, got {len(got[int(i)])}")
+            return np.concatenate([np.asarray(got[int(i)], np.float64) for i in ids])
 
         self.v05_last_allocation = allocate(
             self.v05_allocator,  # type: ignore[arg-type]
@@ -222,33 +239,83 @@ class V05TrainerMixin:
             keys=[p.key for p in pool],
             reward_range=self.v05_config.reward_range,
         )
-        from transfer_queue import KVBatchMeta  # noqa: PLC0415
+        return _concat_metas(metas, batch)
 
-        return KVBatchMeta(
-            keys=[k for m in metas for k in m.keys],
-            tags=[t for m in metas for t in m.tags],
-            partition_id=batch.partition_id,
-            extra_info=batch.extra_info,
+    def _v05_drop_failed(self, batch: KVBatchMeta, global_steps: int) -> tuple[KVBatchMeta, dict[str, list[float]]]:
+        """Drop the prompts whose round-0 sessions did not all finish; the kept batch and uid → session rewards."""
+        import transfer_queue as tq  # noqa: PLC0415
+
+        k_init = self.v05_allocator.k_init  # type: ignore[union-attr]
+        by_uid = _session_rewards(batch)
+        failed = {u for u, r in by_uid.items() if len(r) != k_init}
+        failed |= {u for u, p in self._v05_prompts.items() if p.step == global_steps and u not in by_uid}
+        self._v05_counts = {"dropped_prompts": len(failed), "retried_rollouts": 0}
+        if not failed:
+            return batch, by_uid
+        logger.warning(
+            "step %d: %d prompt(s) had failed agent-loop sessions; osla drops their groups", global_steps, len(failed)
         )
+        drop = [_prompt_uid(k) in failed for k in batch.keys]
+        tq.kv_clear(keys=[k for k, d in zip(batch.keys, drop, strict=True) if d], partition_id=batch.partition_id)
+        for uid in failed:
+            self._v05_prompts.pop(uid, None)
+            by_uid.pop(uid, None)
+        if not by_uid:
+            raise RuntimeError(f"step {global_steps}: every prompt had a failed agent-loop session (see verl's log)")
+        return batch.select_keys([k for k, d in zip(batch.keys, drop, strict=True) if not d]), by_uid
 
     def _v05_extra_round(
         self, pool: list[_Prompt], ids: IntArray, counts: IntArray, global_steps: int
-    ) -> tuple[KVBatchMeta, dict[int, str]]:
-        """Submit ``counts[j]`` more rollouts of pool prompt ``ids[j]`` (a new uid each) and wait for them."""
+    ) -> tuple[KVBatchMeta, dict[int, list[float]]]:
+        """Draw ``counts[j]`` more rollouts of pool prompt ``ids[j]``, redrawing failed sessions; batch and rewards."""
+        need = {int(i): int(c) for i, c in zip(ids, counts, strict=True)}
+        got: dict[int, list[float]] = {i: [] for i in need}
+        metas = []
+        for attempt in range(1 + EXTRA_ROUND_RETRIES):
+            todo = {i: c - len(got[i]) for i, c in need.items() if len(got[i]) < c}
+            if not todo:
+                break
+            if attempt:
+                self._v05_counts["retried_rollouts"] += sum(todo.values())
+            meta, rewards = self._v05_submit(pool, todo, global_steps)
+            metas.append(meta)
+            for i, r in rewards.items():
+                got[i].extend(r)
+        short = {pool[i].key: (len(got[i]), c) for i, c in need.items() if len(got[i]) < c}
+        if short:
+            raise RuntimeError(
+                f"osla extra round of step {global_steps}: sessions of prompt(s) {short} (got, asked) failed "
+                f"{1 + EXTRA_ROUND_RETRIES} times in a row; see verl's agent-loop log"
+            )
+        return _concat_metas(metas, metas[0]), got
+
+    def _v05_submit(
+        self, pool: list[_Prompt], todo: dict[int, int], global_steps: int
+    ) -> tuple[KVBatchMeta, dict[int, list[float]]]:
+        """Submit ``todo[i]`` sessions of pool prompt i (a new uid each) through verl's agent loop and wait for them."""
+        import transfer_queue as tq  # noqa: PLC0415
+        from transfer_queue import KVBatchMeta  # noqa: PLC0415
         from verl.utils import tensordict_utils as tu  # noqa: PLC0415
 
         rows, uid_of = [], {}
-        for i, c in zip(ids, counts, strict=True):
-            p, uid = pool[int(i)], str(uuid.uuid4())
+        for i, c in todo.items():
+            p, uid = pool[i], str(uuid.uuid4())
             info = {**p.row["extra_info"], GROUP_FIELD: p.uid}
-            rows.append({**p.row, "uid": uid, "extra_info": info, "__rollout_n__": int(c)})
-            uid_of[int(i)] = uid
+            rows.append({**p.row, "uid": uid, "extra_info": info, "__rollout_n__": c})
+            uid_of[i] = uid
         extra = _tensordict_of(rows)
         tu.assign_non_tensor_data(extra, "global_steps", global_steps)
         self._submit_batch_to_rollout(extra)  # type: ignore[attr-defined]
         buffer = self.replay_buffer.inner  # type: ignore[attr-defined]
-        meta, _ = buffer.sample(global_steps=global_steps, partition_id="train", batch_size=len(rows))
-        return meta, uid_of
+        try:
+            meta, _ = buffer.sample(global_steps=global_steps, partition_id="train", batch_size=len(rows))
+        except RuntimeError as err:  # verl's sync buffer refuses a batch in which every session failed
+            if "no materializable trajectories" not in str(err):
+                raise
+            tq.kv_clear(keys=list(uid_of.values()), partition_id="train")  # their failed prompt entries
+            meta = KVBatchMeta(keys=[], tags=[], partition_id="train")
+        by_uid = _session_rewards(meta)
+        return meta, {i: by_uid.get(uid, []) for i, uid in uid_of.items()}
 
     def _compute_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
         """Run verl's advantage step with the rollouts' prompt rows bound; then the provider update and ``v05/*``."""
@@ -257,7 +324,8 @@ class V05TrainerMixin:
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["uid", "extra_info"])
         infos = list(data["extra_info"]) if "extra_info" in data.keys() else None
         rows = prompt_rows(list(data["uid"]), infos, config=self.v05_config)
-        with self.v05_estimator.bind(rows, step=self.global_steps):
+        # verl's compute_advantage sees the rows in batch.keys order; one trajectory (session) is one rollout
+        with self.v05_estimator.bind(rows, step=self.global_steps, trajectory_keys=list(batch.keys)):
             batch = super()._compute_advantage(batch, metrics)  # type: ignore[misc]
         step = self.v05_estimator.last_
         if step is None:
@@ -267,6 +335,7 @@ class V05TrainerMixin:
         if self.v05_last_allocation is not None:
             stats = self.v05_last_allocation.stats
             metrics.update({f"v05/osla/{k}": float(v) for k, v in stats.items() if isinstance(v, int | float)})
+            metrics.update({f"v05/osla/{k}": float(v) for k, v in self._v05_counts.items()})
             self.v05_last_allocation = None
         return batch
 
@@ -285,18 +354,34 @@ class V05TrainerMixin:
         return self.v05_provider.calibration()
 
     def _save_checkpoint(self) -> None:
-        super()._save_checkpoint()  # type: ignore[misc]
-        folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
-        os.makedirs(folder, exist_ok=True)
+        """Write ``v05_state.json`` (and its copy under ``default_hdfs_dir``), then verl's checkpoint and marker.
+
+        verl's ``_save_checkpoint`` ends by writing ``latest_checkpointed_iteration.txt`` (v1/trainer_base.py:1021)
+        and calling ``trainer.checkpoint_callback_class``; the state is on disk before either, so a crash at any
+        point leaves no resumable checkpoint without it, and a callback that uploads the folder takes it along.
+        """
+        from verl.utils import hdfs_io  # noqa: PLC0415
+
+        name = f"global_step_{self.global_steps}"
+        folder = os.path.join(self.config.trainer.default_local_dir, name)
         state = {
             "estimator": self.v05_estimator.name,
             "state": state_to_json(self.v05_estimator.state_),
             "provider": None if self.v05_provider is None else self.v05_provider.state_dict(),
         }
-        with open(os.path.join(folder, STATE_FILE), "w") as fh:
-            json.dump(state, fh)
+        path = _write_json_atomic(folder, STATE_FILE, state)
+        remote = self.config.trainer.get("default_hdfs_dir")
+        if remote:  # verl's workers copy actor/critic to <default_hdfs_dir>/global_step_<n>/ (v1/trainer_base.py:976)
+            hdfs_io.makedirs(os.path.join(remote, name), exist_ok=True)
+            hdfs_io.copy(src=path, dst=os.path.join(remote, name, STATE_FILE))
+        super()._save_checkpoint()  # type: ignore[misc]
 
     def _load_checkpoint(self) -> None:
+        """Resume as verl does, then the v05 state of the same ``global_step_<n>`` folder.
+
+        Raises:
+            ValueError: the checkpoint has no ``v05_state.json`` (not written by this trainer mode).
+        """
         super()._load_checkpoint()  # type: ignore[misc]
         if self.global_steps == 0:
             return
@@ -308,8 +393,11 @@ class V05TrainerMixin:
         )
         path = os.path.join(os.path.abspath(folder), STATE_FILE)
         if not os.path.exists(path):
-            logger.warning("no %s in %s: the v05 estimator and prior states start afresh", STATE_FILE, folder)
-            return
+            raise ValueError(
+                f"no {STATE_FILE} in {folder}: the checkpoint was not written by trainer_mode={TRAINER_MODE}, so the "
+                "v05 estimator and prior states cannot resume; resume from a v05 checkpoint, or start afresh with "
+                "trainer.resume_mode=disable"
+            )
         with open(path) as fh:
             state = json.load(fh)
         self.v05_estimator.state_ = state_from_json(state["state"])
@@ -317,10 +405,22 @@ class V05TrainerMixin:
             self.v05_provider.load_state_dict(state["provider"])
 
 
+def _write_json_atomic(folder: str, name: str, payload: object) -> str:
+    """Write ``payload`` as ``folder/name`` through a temporary file and a rename (never a half-written file)."""
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.")
+    with os.fdopen(fd, "w") as fh:
+        json.dump(payload, fh)
+    path = os.path.join(folder, name)
+    os.replace(tmp, path)
+    return path
+
+
 def step_metrics(step: VerlStep, calibration: Calibration | None = None) -> dict[str, float]:
     r"""The ``v05/*`` metrics of one step (plain floats, for verl's tracking logger).
 
-    Rollouts per prompt (``v05/k/mean|min|max`` and ``v05/k_hist/<k>``, the number of prompts that got k), the fraction
+    Rollouts (trajectories) per prompt (``v05/k/mean|min|max`` and ``v05/k_hist/<k>``, the number of prompts that got
+    k; ``v05/folded_outputs``: the extra outputs of multi-output trajectories, counted once), the fraction
     of groups with all-zero advantages, mean |A|, and when defined the estimator's mean weight ŵ on the rollouts,
     rejection rate, mean n0, its τ̂² window (``v05_eb``), and the prior's calibration (τ², AUC, n0, n): the given
     ``calibration`` (a provider's), else this step's groups (``v05.priors.calibrate``, ±1 space).
@@ -332,6 +432,7 @@ def step_metrics(step: VerlStep, calibration: Calibration | None = None) -> dict
         "v05/rollouts": float(len(step.rewards)),
         "v05/prompts": float(len(n_g)),
         "v05/padding_rows": float(step.n_padding),
+        "v05/folded_outputs": float(step.n_outputs),
         "v05/k/mean": float(n_g.mean()),
         "v05/k/min": float(n_g.min()),
         "v05/k/max": float(n_g.max()),
@@ -365,6 +466,12 @@ def _check_config(config: DictConfig, osla: OSLA | None) -> None:
         raise ValueError("algorithm.v05.allocator=osla decides per-prompt budgets; disable algorithm.filter_groups")
     if config.trainer.v1.sampler.get("sync_refill_failed_groups", False):
         raise ValueError("osla keeps each step's prompts: set trainer.v1.sampler.sync_refill_failed_groups=False")
+    sync_step = (config.trainer.v1.get("sync") or {}).get("parameter_sync_step", 1)
+    if sync_step != 1:
+        raise ValueError(
+            f"osla runs its extra rounds on the rollout replicas, which verl puts to sleep after each of the "
+            f"trainer.v1.sync.parameter_sync_step={sync_step} sub-batches: set it to 1 (or use allocator=fixed)"
+        )
     rm = config.reward.reward_model
     if rm.get("enable", False) and not rm.get("enable_resource_pool", False):
         raise ValueError("osla reads rewards between rounds: use a rule-based or resource-pool reward model")
@@ -405,27 +512,61 @@ def _tensordict_of(rows: list[dict[str, Any]]) -> TensorDict:
     )
 
 
+def _concat_metas(metas: list[KVBatchMeta], template: KVBatchMeta) -> KVBatchMeta:
+    """One batch of the rollouts of ``metas``, in order (partition and batch-level info from ``template``)."""
+    from transfer_queue import KVBatchMeta  # noqa: PLC0415
+
+    return KVBatchMeta(
+        keys=[k for m in metas for k in m.keys],
+        tags=[t for m in metas for t in m.tags],
+        partition_id=template.partition_id,
+        extra_info=template.extra_info,
+    )
+
+
 def _prompt_uid(trajectory_key: str) -> str:
     """The prompt uid of a trajectory key ``{uid}_{session_id}_{index}`` (verl's TransferQueue layout)."""
     return trajectory_key.split("_", 1)[0]
 
 
 def _session_rewards(meta: KVBatchMeta) -> dict[str, list[float]]:
-    """Map uid → the outcome reward of each session, in session order (a session's last output carries its reward)."""
+    """Map uid → the outcome reward of each session (trajectory), in session order.
+
+    A session's final output carries its reward (:func:`v05.adapters.verl.trajectory_owner`).
+    """
     import transfer_queue as tq  # noqa: PLC0415
 
+    if not meta.keys:
+        return {}
     data = tq.kv_batch_get(keys=meta.keys, partition_id=meta.partition_id, select_fields=["rm_scores"])
     scores = [float(t.sum()) for t in data["rm_scores"].unbind()]
-    last: dict[tuple[str, int], tuple[int, float]] = {}
-    for key, score in zip(meta.keys, scores, strict=True):
-        uid, session, index = key.rsplit("_", 2)
-        slot = (uid, int(session))
-        if slot not in last or last[slot][0] < int(index):
-            last[slot] = (int(index), score)
+    owner = trajectory_owner(meta.keys)  # (bs,)
+    final = sorted(
+        (meta.keys[row].rsplit("_", 2)[0], int(meta.keys[row].rsplit("_", 2)[1]), row)
+        for row in np.flatnonzero(owner == np.arange(len(owner)))
+    )
     out: dict[str, list[float]] = {}
-    for (uid, _), (_, score) in sorted(last.items()):
-        out.setdefault(uid, []).append(score)
+    for uid, _, row in final:
+        out.setdefault(uid, []).append(scores[row])
     return out
+
+
+def _problem_texts(infos: list[dict[str, Any]], chats: list[str], config: VerlConfig) -> list[str]:
+    """Each prompt's bare problem text ``extra_info[text_field]`` for the provider (module docstring).
+
+    Rows without one get their chat text, unless the provider reads texts (``v0``, ``combined``): then it raises,
+    since V0 embeds problem texts and the chat template around them would shift every prediction.
+    """
+    field = config.text_field
+    texts = [info.get(field) if isinstance(info.get(field), str) else None for info in infos]
+    missing = sum(t is None for t in texts)
+    if missing and config.provider is not None and config.provider not in _ID_ONLY_PROVIDERS:
+        raise ValueError(
+            f"the {config.provider!r} prior reads each prompt's bare problem text, but {missing} of {len(infos)} "
+            f"prompts have no extra_info[{field!r}]: add it to the dataset (examples/verl/add_problem_text.py for "
+            "DAPO-Math-17k), or set +algorithm.v05.text_field to the extra_info field that holds it"
+        )
+    return [chat if t is None else t for t, chat in zip(texts, chats, strict=True)]
 
 
 def _prompt_text(raw_prompt: object) -> str:

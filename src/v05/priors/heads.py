@@ -309,44 +309,7 @@ def _unit_rows(x: FloatArray) -> FloatArray:
     return x / np.where(norm > 0, norm, 1.0)
 
 
-HEADS = {
-    "krr": KernelRidgeHead,
-    "gp": GaussianProcessHead,
-    "knn": KNNHead,
-    "logistic": LogisticHead,
-    "logistic_hard": lambda **kw: LogisticHead(hard=True, **kw),
-    "tabpfn": TabPFNHead,
-    "v0_tabpfn": lambda **kw: _v0_tabpfn(**kw),
-    "pca_ridge": lambda **kw: _pca_ridge(**kw),
-}
-"""Head name → factory(**options). ``v0_tabpfn`` is TabPFN configured as the released V0 runs it
-(:class:`v05.priors.v0_official.V0TabPFNHead`; imported when built)."""
-
-
-def _pca_ridge(**options: object) -> Head:
-    from v05.value.probe import PcaRidgeHead  # noqa: PLC0415 (value.probe imports heads)
-
-    return PcaRidgeHead(**options)  # type: ignore[arg-type]
-
-
-def _v0_tabpfn(**options: object) -> Head:
-    from v05.priors.v0_official import V0TabPFNHead  # noqa: PLC0415 (torch-side module, imported on demand)
-
-    return V0TabPFNHead(**options)  # type: ignore[arg-type]
-
-
-def make_head(name: str, **options: float | int | str | None) -> Head:
-    """Build a head by name; unknown names list the valid ones."""
-    if name not in HEADS:
-        raise ValueError(f"unknown head {name!r}; valid: {', '.join(HEADS)}")
-    try:
-        return HEADS[name](**options)  # type: ignore[operator,no-any-return]
-    except TypeError as err:
-        raise ValueError(f"bad options for head {name!r}: {err}") from None
-
-
 __all__ = [
-    "HEADS",
     "TABPFN_CHECKPOINT",
     "GaussianProcessHead",
     "Head",
@@ -356,6 +319,5 @@ __all__ = [
     "TabPFNHead",
     "check_tabpfn_checkpoint",
     "cross_val_fit",
-    "make_head",
     "rbf_gram",
 ]

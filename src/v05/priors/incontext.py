@@ -26,7 +26,8 @@ import numpy as np
 from v05._types import FloatArray
 from v05.priors.backends import make_backend
 from v05.priors.embeddings import Embedder
-from v05.priors.heads import Head, cross_val_fit, make_head
+from v05.priors.head_registry import make_head
+from v05.priors.heads import Head, cross_val_fit
 from v05.priors.providers import BaseProvider, CalibrationRows
 
 log = logging.getLogger(__name__)

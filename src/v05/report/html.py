@@ -33,7 +33,8 @@ PROTOCOL = (
     "(std(ddof=1)/√n) over seeds; curves are interpolated linearly onto a common grid inside the range every seed "
     "covers. \u201cTo target\u201d is the rollouts at which the linearly interpolated eval curve first reaches the "
     "target, averaged over the seeds that reach it (n/N), and \u201c÷ ref\u201d divides it by the reference's "
-    "(< 1: fewer rollouts)."
+    "(< 1: fewer rollouts); \u201ccompute ÷ ref\u201d is the same ratio in token-passes (policy, critic, reference "
+    "and probe forwards count 1 per token, backwards 2): equal rollouts is not equal compute."
 )
 
 CSS = """
@@ -54,6 +55,7 @@ COLUMNS = (
     ("reach_rollouts", "to target", "count±"),
     ("reach_n", "reached", "reach"),
     ("reach_ratio", "÷ ref", "ratio"),
+    ("reach_compute_ratio", "compute ÷ ref", "ratio"),
     ("rollouts_per_prompt", "k / prompt", "float2"),
     ("zero_adv_frac", "zero-A", "rate"),
     ("all_equal_frac", "all-equal", "rate"),

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from v05.report.runs import EVAL_KEY, ROLLOUTS_KEY, Run, mean_curve
+from v05.report.runs import COMPUTE_KEY, EVAL_KEY, ROLLOUTS_KEY, Run, mean_curve
 
 SMOOTH_WINDOW = 5
 """Trailing moving-average window (logged steps) for per-step training metrics."""
@@ -203,6 +203,14 @@ SPECS = (
         caption="The headline: equal rollouts consumed is the budget. Mean ± SE over seeds; dashed: the target.",
         needs=((ROLLOUTS_KEY, EVAL_KEY),),
         draw=_eval_figure(ROLLOUTS_KEY, "rollouts consumed"),
+    ),
+    _Spec(
+        filename="eval_vs_compute.png",
+        title="Eval pass rate vs compute",
+        caption="Equal rollouts is not equal compute: the x-axis is token-passes (a forward of one token by one "
+        "model counts 1, its backward 2; policy, critic, reference and probe passes, generation included).",
+        needs=((COMPUTE_KEY, EVAL_KEY),),
+        draw=_eval_figure(COMPUTE_KEY, "token-passes (millions)", x_scale=1e6),
     ),
     _Spec(
         filename="eval_vs_steps.png",

@@ -27,6 +27,8 @@ CONFIG_NAME = "config.yaml"
 METRICS_NAME = "metrics.jsonl"
 EVAL_KEY = "eval_pass_rate"
 ROLLOUTS_KEY = "rollouts_total"
+COMPUTE_KEY = "compute_total"
+"""Cumulative token-passes (``v05.train.compute``): the compute axis beside the rollout axis."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -295,8 +297,8 @@ class Reach:
     """Each seed's value (None: never reached), in group order."""
 
 
-def _reach_one(run: Run, target: float) -> float | None:
-    x, y = run.series_vs(ROLLOUTS_KEY, EVAL_KEY)
+def _reach_one(run: Run, target: float, x_key: str = ROLLOUTS_KEY) -> float | None:
+    x, y = run.series_vs(x_key, EVAL_KEY)
     hit = np.flatnonzero(y >= target)
     if hit.size == 0:
         return None
@@ -309,11 +311,13 @@ def _reach_one(run: Run, target: float) -> float | None:
 
 
 @overload
-def rollouts_to_reach(run_or_group: Run, target: float) -> float | None: ...
+def rollouts_to_reach(run_or_group: Run, target: float, *, x_key: str = ROLLOUTS_KEY) -> float | None: ...
 @overload
-def rollouts_to_reach(run_or_group: Sequence[Run], target: float) -> Reach: ...
-def rollouts_to_reach(run_or_group: Run | Sequence[Run], target: float) -> float | None | Reach:
-    """Rollouts consumed when the eval pass rate first reaches ``target``.
+def rollouts_to_reach(run_or_group: Sequence[Run], target: float, *, x_key: str = ROLLOUTS_KEY) -> Reach: ...
+def rollouts_to_reach(
+    run_or_group: Run | Sequence[Run], target: float, *, x_key: str = ROLLOUTS_KEY
+) -> float | None | Reach:
+    """Rollouts consumed (or ``x_key``, e.g. ``compute_total``) when the eval pass rate first reaches ``target``.
 
     The eval curve (``eval_pass_rate`` vs ``rollouts_total``) is linear between evaluations: with 0.2 at 100
     rollouts and 0.4 at 200, a target of 0.3 is reached at 100 + (0.3 − 0.2)/(0.4 − 0.2)·100 = 150. A target met at
@@ -322,6 +326,7 @@ def rollouts_to_reach(run_or_group: Run | Sequence[Run], target: float) -> float
     Args:
         run_or_group: one run, or the seeds of one method.
         target: eval pass rate in [0, 1].
+        x_key: the budget axis: ``rollouts_total`` (default) or ``compute_total``.
 
     Returns:
         For a run: the rollouts, or None if never reached. For a group: a :class:`Reach` (mean ± SE over the seeds
@@ -333,8 +338,8 @@ def rollouts_to_reach(run_or_group: Run | Sequence[Run], target: float) -> float
     if not (isinstance(target, int | float) and 0.0 <= target <= 1.0):
         raise ValueError(f"target must be an eval pass rate in [0, 1], got {target!r}")
     if isinstance(run_or_group, Run):
-        return _reach_one(run_or_group, float(target))
-    per_seed = tuple(_reach_one(r, float(target)) for r in run_or_group)
+        return _reach_one(run_or_group, float(target), x_key)
+    per_seed = tuple(_reach_one(r, float(target), x_key) for r in run_or_group)
     reached = [v for v in per_seed if v is not None]
     mean, se = mean_se(reached)
     return Reach(mean=mean, se=se, n_reached=len(reached), n_seeds=len(per_seed), per_seed=per_seed)
@@ -375,7 +380,8 @@ def summary_table(
     Per-seed numbers first, then mean ± SE over seeds: the final eval is each seed's last evaluation, the best its
     maximum; rollouts-per-prompt, zero-advantage and all-equal fractions are each seed's mean over its steps; grad
     norm and entropy are each seed's last value. ``reach_ratio`` = this method's mean rollouts to the target ÷ the
-    reference's (< 1: fewer rollouts).
+    reference's (< 1: fewer rollouts); ``reach_compute_ratio`` the same in token-passes (``compute_total``): equal
+    rollouts is not equal compute (a critic, a probe's extra pass).
 
     Args:
         groups: method name -> its seeds (:func:`group_runs`).
@@ -401,14 +407,18 @@ def summary_table(
         raise ValueError(f"target must be an eval pass rate in [0, 1], got {target}")
     reach = {name: rollouts_to_reach(runs, target) if target is not None else None for name, runs in groups.items()}
     ref_reach = reach[reference].mean if reach[reference] is not None else None
+    reach_c = {name: rollouts_to_reach(runs, target, x_key=COMPUTE_KEY) if target is not None else None
+               for name, runs in groups.items()}  # fmt: skip
+    ref_reach_c = reach_c[reference].mean if reach_c[reference] is not None else None
     rows = []
     for name, runs in groups.items():
         final, final_se = mean_se(_per_seed(runs, lambda r: r.last(EVAL_KEY)))
         best, best_se = mean_se(
             _per_seed(runs, lambda r: float(v.max()) if (v := r.series(EVAL_KEY)[1]).size else None)
         )
-        r = reach[name]
+        r, rc = reach[name], reach_c[name]
         ratio = r.mean / ref_reach if r is not None and r.mean is not None and ref_reach else None
+        ratio_c = rc.mean / ref_reach_c if rc is not None and rc.mean is not None and ref_reach_c else None
         rows.append(
             {
                 "method": name,
@@ -423,6 +433,9 @@ def summary_table(
                 "reach_rollouts_se": r.se if r is not None else None,
                 "reach_n": r.n_reached if r is not None else 0,
                 "reach_ratio": ratio,
+                "compute_total": mean_se(_per_seed(runs, lambda r: r.last(COMPUTE_KEY)))[0],
+                "reach_compute": rc.mean if rc is not None else None,
+                "reach_compute_ratio": ratio_c,
                 "rollouts_per_prompt": mean_se(_per_seed(runs, _run_mean("rollouts_per_prompt")))[0],
                 "zero_adv_frac": mean_se(_per_seed(runs, _run_mean("zero_adv_frac")))[0],
                 "all_equal_frac": mean_se(_per_seed(runs, _run_mean("all_equal_frac")))[0],

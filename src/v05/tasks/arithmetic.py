@@ -29,7 +29,7 @@ _MAX_DRAWS_PER_QUESTION = 1000  # rejection-sampling cap: far above the coupon-c
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ArithmeticTask:
-    """Integer arithmetic with a difficulty mix; a finite train pool and a disjoint eval split, both seeded.
+    """Integer arithmetic with a difficulty mix: a finite train pool, a disjoint eval split and a validation split.
 
     Example:
         >>> task = ArithmeticTask(n_train=4, n_eval=2, seed=0)
@@ -48,6 +48,10 @@ class ArithmeticTask:
     """number of distinct questions in the training pool"""
     n_eval: int = 1000
     """number of distinct held-out questions (none of them in the training pool)"""
+    n_val: int = 512
+    """distinct validation questions, in neither the pool nor the eval split, for model selection (the warm start's
+    stopping rule); one draw of n_train + n_eval + n_val distinct questions is split in this order, so the three
+    splits follow one distribution"""
     seed: int = 0
     """seed of the numpy generator that draws both splits"""
     mix: tuple[float, float, float] = (0.4, 0.4, 0.2)
@@ -59,7 +63,8 @@ class ArithmeticTask:
 
     _train: tuple[Prompt, ...] = field(init=False, repr=False, compare=False)
     _eval: tuple[Prompt, ...] = field(init=False, repr=False, compare=False)
-    _eval_questions: frozenset[str] = field(init=False, repr=False, compare=False)
+    _val: tuple[Prompt, ...] = field(init=False, repr=False, compare=False)
+    _held_out_questions: frozenset[str] = field(init=False, repr=False, compare=False)  # eval + validation
 
     def __post_init__(self) -> None:
         mix = tuple(float(w) for w in self.mix)
@@ -68,19 +73,22 @@ class ArithmeticTask:
                 f"mix must be 3 non-negative weights (add, sub, mul) with a positive sum, got {self.mix!r}"
             )
         object.__setattr__(self, "mix", tuple(w / sum(mix) for w in mix))
-        for name in ("n_train", "n_eval", "max_digits"):
+        for name in ("n_train", "n_eval", "n_val", "max_digits"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "n_eval" else 1):
-                raise ValueError(f"{name} must be an integer >= {0 if name == 'n_eval' else 1}, got {value!r}")
+            low = 0 if name in ("n_eval", "n_val") else 1
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
         if self.max_digits > 18:
             raise ValueError(f"max_digits must be <= 18 (int64 operands), got {self.max_digits}")
         if self.verify_timeout_s is not None and not self.verify_timeout_s > 0:
             raise ValueError(f"verify_timeout_s must be positive or None, got {self.verify_timeout_s!r}")
-        prompts = self._draw_pool(self.n_train + self.n_eval)
+        prompts = self._draw_pool(self.n_train + self.n_eval + self.n_val)
         check_unique_keys(prompts, "ArithmeticTask")
+        n_seen = self.n_train + self.n_eval
         object.__setattr__(self, "_train", prompts[: self.n_train])
-        object.__setattr__(self, "_eval", prompts[self.n_train :])
-        object.__setattr__(self, "_eval_questions", frozenset(p.question for p in self._eval))
+        object.__setattr__(self, "_eval", prompts[self.n_train : n_seen])
+        object.__setattr__(self, "_val", prompts[n_seen:])
+        object.__setattr__(self, "_held_out_questions", frozenset(p.question for p in prompts[self.n_train :]))
 
     def train_prompts(self) -> Sequence[Prompt]:
         """The ``n_train`` training prompts, in generation order."""
@@ -89,6 +97,10 @@ class ArithmeticTask:
     def eval_prompts(self) -> Sequence[Prompt]:
         """The ``n_eval`` held-out prompts, disjoint from the training pool."""
         return self._eval
+
+    def validation_prompts(self) -> Sequence[Prompt]:
+        """The ``n_val`` prompts in neither the training pool nor the eval split (model selection)."""
+        return self._val
 
     def sft_target(self, prompt: Prompt) -> str:
         """The exact integer, e.g. ``"-224"`` for ``"141-365"``."""
@@ -114,13 +126,13 @@ class ArithmeticTask:
         if n > space:
             raise ValueError(
                 f"ArithmeticTask needs {n} distinct {OPS[k]!r} questions but only {space} exist with "
-                f"max_digits={self.max_digits}; lower n_train/n_eval, change mix or raise max_digits"
+                f"max_digits={self.max_digits}; lower n_train/n_eval/n_val, change mix or raise max_digits"
             )
         found: dict[str, Prompt] = {}
         draws = 0
         while len(found) < n:
             if draws > _MAX_DRAWS_PER_QUESTION * n:
-                raise ValueError(f"could not draw {n} distinct {OPS[k]!r} questions; lower n_train/n_eval")
+                raise ValueError(f"could not draw {n} distinct {OPS[k]!r} questions; lower n_train/n_eval/n_val")
             batch = max(2 * (n - len(found)), 64)
             draws += batch
             for prompt in _make_prompts(rng, np.full(batch, k), self.max_digits):
@@ -131,10 +143,10 @@ class ArithmeticTask:
 
 
 def make_sft_examples(task: ArithmeticTask, n: int, seed: int) -> list[Prompt]:
-    """Fresh prompts from ``task``'s generator for an SFT warm-up, none of them in its eval split.
+    """Fresh prompts from ``task``'s generator for an SFT warm-up, none of them in its eval or validation split.
 
     Args:
-        task: Supplies ``mix``, ``max_digits`` and the eval split to avoid.
+        task: Supplies ``mix``, ``max_digits`` and the eval and validation splits to avoid.
         n: Number of examples; they are i.i.d., so repeats (and overlap with the train pool) are possible.
         seed: Seed of the generator (use one different from ``task.seed`` for a different stream).
 
@@ -147,11 +159,12 @@ def make_sft_examples(task: ArithmeticTask, n: int, seed: int) -> list[Prompt]:
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
         raise ValueError(f"n must be a non-negative integer, got {n!r}")
     rng = np.random.default_rng(seed)
+    held_out = task._held_out_questions  # eval + validation
     out: list[Prompt] = []
     while len(out) < n:
         size = max(n - len(out), 64)
         op = rng.choice(3, size=size, p=task.mix)  # (size,)
-        out.extend(p for p in _make_prompts(rng, op, task.max_digits) if p.question not in task._eval_questions)
+        out.extend(p for p in _make_prompts(rng, op, task.max_digits) if p.question not in held_out)
     return out[:n]
 
 

@@ -1,8 +1,9 @@
 """The task interface the trainer sees: prompts, batch scores, the ``Task`` protocol and prompt rendering.
 
-A task owns a finite training pool and a disjoint held-out split of :class:`Prompt` objects, and turns a batch of
-rollouts into :class:`Scores`. Rendering (chat template or a plain ``"{question}="`` template) is kept outside the
-tasks so that one task serves a char-level tiny model and an instruction-tuned LM alike.
+A task owns a finite training pool, a disjoint held-out (eval) split and a validation split in neither, of
+:class:`Prompt` objects, and turns a batch of rollouts into :class:`Scores`. Rendering (chat template or a plain
+``"{question}="`` template) is kept outside the tasks so that one task serves a char-level tiny model and an
+instruction-tuned LM alike.
 """
 
 from __future__ import annotations
@@ -86,6 +87,10 @@ class Task(Protocol):
 
     def eval_prompts(self) -> Sequence[Prompt]:
         """A held-out split: no question occurs in both splits."""
+        ...
+
+    def validation_prompts(self) -> Sequence[Prompt]:
+        """A split in neither of the others, for model selection (the SFT warm start stops on it); may be empty."""
         ...
 
     def score(self, prompts: Sequence[Prompt], completions: Sequence[str]) -> Scores:

@@ -25,6 +25,8 @@ logger = logging.getLogger(__name__)
 
 EVAL_SEED_OFFSET = 1_000_003
 """The eval split is generated with ``seed + EVAL_SEED_OFFSET``, then stripped of questions that are in train."""
+VAL_SEED_OFFSET = 2_000_003
+"""The validation split is generated with ``seed + VAL_SEED_OFFSET``, then stripped of train and eval questions."""
 _FULL_CREDIT = 1.0 - 1e-9
 
 
@@ -49,6 +51,9 @@ class GymTask:
     """items generated for the training pool (before removing repeated questions)"""
     size_eval: int = 500
     """items generated for the eval split (before removing questions also in train)"""
+    size_val: int = 256
+    """items generated for the validation split (model selection, e.g. the warm start's stopping rule; before
+    removing questions also in train or eval)"""
     seed: int = 0
     """seed of the training pool; the eval split uses ``seed + EVAL_SEED_OFFSET``"""
     config: Mapping[str, object] = field(default_factory=dict)
@@ -60,10 +65,11 @@ class GymTask:
 
     _train: tuple[Prompt, ...] = field(init=False, repr=False, compare=False)
     _eval: tuple[Prompt, ...] = field(init=False, repr=False, compare=False)
+    _val: tuple[Prompt, ...] = field(init=False, repr=False, compare=False)
     _entries: dict[str, tuple[object, dict[str, object]]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        for name in ("size_train", "size_eval"):
+        for name in ("size_train", "size_eval", "size_val"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < (1 if name == "size_train" else 0):
                 raise ValueError(f"{name} must be an integer >= {1 if name == 'size_train' else 0}, got {value!r}")
@@ -75,9 +81,12 @@ class GymTask:
         train = self._generate(rg, self.size_train, self.seed, "train", entries, exclude=frozenset())
         exclude = frozenset(p.question for p in train)
         eval_ = self._generate(rg, self.size_eval, self.seed + EVAL_SEED_OFFSET, "eval", entries, exclude=exclude)
-        check_unique_keys((*train, *eval_), f"GymTask({self.dataset!r})")
+        exclude |= frozenset(p.question for p in eval_)
+        val = self._generate(rg, self.size_val, self.seed + VAL_SEED_OFFSET, "val", entries, exclude=exclude)
+        check_unique_keys((*train, *eval_, *val), f"GymTask({self.dataset!r})")
         object.__setattr__(self, "_train", train)
         object.__setattr__(self, "_eval", eval_)
+        object.__setattr__(self, "_val", val)
         object.__setattr__(self, "_entries", entries)
 
     @property
@@ -92,6 +101,10 @@ class GymTask:
     def eval_prompts(self) -> Sequence[Prompt]:
         """The eval split: a differently seeded dataset without the questions of the training pool."""
         return self._eval
+
+    def validation_prompts(self) -> Sequence[Prompt]:
+        """The validation split: a third seed, without the questions of the training pool and the eval split."""
+        return self._val
 
     def sft_target(self, prompt: Prompt) -> str:
         """The gold answer.

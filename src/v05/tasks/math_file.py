@@ -52,6 +52,9 @@ class MathFileTask:
     """share of the file's distinct problems held out for eval (ignored when ``eval_path`` is given)"""
     eval_path: str | Path | None = None
     """optional separate eval file in the same format; its problems that are also in ``path`` are dropped"""
+    val_fraction: float = 0.0
+    """share of the training problems held out as a validation split (model selection, e.g. a warm start's stopping
+    rule); 0 keeps every training problem for training (then a warm start cannot run on this task)"""
     seed: int = 0
     """seed of the random train/eval split"""
     limit: int | None = None
@@ -61,11 +64,14 @@ class MathFileTask:
 
     _train: tuple[Prompt, ...] = field(init=False, repr=False, compare=False)
     _eval: tuple[Prompt, ...] = field(init=False, repr=False, compare=False)
+    _val: tuple[Prompt, ...] = field(init=False, repr=False, compare=False)
     _gold_cache: dict[str, object] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.eval_fraction < 1.0:
             raise ValueError(f"eval_fraction must be in [0, 1), got {self.eval_fraction!r}")
+        if not 0.0 <= self.val_fraction < 1.0:
+            raise ValueError(f"val_fraction must be in [0, 1), got {self.val_fraction!r}")
         if self.limit is not None and (
             isinstance(self.limit, bool) or not isinstance(self.limit, int) or self.limit < 1
         ):
@@ -82,11 +88,19 @@ class MathFileTask:
         else:
             train = prompts
             eval_ = self._load(Path(self.eval_path), None, exclude=frozenset(p.question for p in train))
+        n_val = round(self.val_fraction * len(train))
+        is_val = np.zeros(len(train), dtype=np.bool_)  # (n_train,)
+        is_val[np.random.default_rng([self.seed, 1]).permutation(len(train))[:n_val]] = True
+        val = tuple(p for p, v in zip(train, is_val, strict=True) if v)
+        train = tuple(p for p, v in zip(train, is_val, strict=True) if not v)
         if not train:
-            raise ValueError(f"{self.path}: no training problems left; lower eval_fraction or add problems")
-        check_unique_keys((*train, *eval_), f"MathFileTask({str(self.path)!r})")
+            raise ValueError(
+                f"{self.path}: no training problems left; lower eval_fraction/val_fraction or add problems"
+            )
+        check_unique_keys((*train, *eval_, *val), f"MathFileTask({str(self.path)!r})")
         object.__setattr__(self, "_train", train)
         object.__setattr__(self, "_eval", eval_)
+        object.__setattr__(self, "_val", val)
         object.__setattr__(self, "_gold_cache", {})
 
     def train_prompts(self) -> Sequence[Prompt]:
@@ -96,6 +110,10 @@ class MathFileTask:
     def eval_prompts(self) -> Sequence[Prompt]:
         """The held-out problems, in file order."""
         return self._eval
+
+    def validation_prompts(self) -> Sequence[Prompt]:
+        """The validation problems (``val_fraction`` of the training problems), in file order."""
+        return self._val
 
     def sft_target(self, prompt: Prompt) -> str:
         """The gold answer (a real LM would be warmed up on worked solutions, which these files lack)."""

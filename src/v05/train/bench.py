@@ -4,8 +4,9 @@
   start), task, prompts per step and k, one after the other in one process; and v05's overhead — prior, allocator and
   estimator time (embeddings cached) as a fraction of step time — for GRPO and for the V0.5 configs.
 - ``efficiency``: GRPO k=4, GRPO k=16, V0.5 and ``v05_eb`` (plus every extra config asked for) trained at the same
-  rollout budget for several seeds; the rollouts each needs to reach the final eval pass rate of the *better* GRPO,
-  as a ratio to that GRPO's. Curves are seed means interpolated on a common grid (the report's ``mean_curve``).
+  rollout budget for several seeds; the rollouts and the compute (token-passes, ``v05.train.compute``) each needs to
+  reach the final eval pass rate of the *better* GRPO, as ratios to that GRPO's, and the paired difference to it.
+  Curves are seed means interpolated on a common grid (the report's ``mean_curve``).
 """
 
 from __future__ import annotations
@@ -14,10 +15,15 @@ import argparse
 import dataclasses
 import json
 import logging
+import shutil
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from v05.report.runs import COMPUTE_KEY, ROLLOUTS_KEY, group_runs, load_runs, mean_curve
+from v05.train.cli import require_trainer
+from v05.train.demo import config_label, run_demo
 
 logger = logging.getLogger(__name__)
 
@@ -64,8 +70,6 @@ def bench_train(out: Path, *, steps: int = 30, configs: tuple[str, ...] = ("demo
         cfg = load_config(name, common)
         run_dir = out / name
         if run_dir.exists():
-            import shutil  # noqa: PLC0415
-
             shutil.rmtree(run_dir)
         train(cfg, run_dir)
         v05_rows[name] = _step_times(run_dir)
@@ -104,40 +108,38 @@ def bench_train(out: Path, *, steps: int = 30, configs: tuple[str, ...] = ("demo
 
 def bench_efficiency(out: Path, *, seeds: tuple[int, ...] = (0, 1, 2), extra: tuple[str, ...] = (),
                      overrides: tuple[str, ...] = ()) -> dict[str, Any]:  # fmt: skip
-    """Train the efficiency configs × seeds at one budget (reusing finished runs) and compute the rollout ratios."""
-    from v05.report.runs import group_runs, load_runs, mean_curve  # noqa: PLC0415
-    from v05.train.demo import run_demo  # noqa: PLC0415
+    """Train the efficiency configs × seeds at one budget (reusing finished runs); ratios in rollouts and in compute.
 
+    Per method: the rollouts and the token-passes (``compute_total``) its seed-mean eval curve needs to reach the
+    better GRPO's final seed-mean eval pass rate, each as a ratio to that GRPO's (None: never reached), and the
+    paired difference to it — each seed's curve minus the reference's same-seed curve on a common rollout grid,
+    averaged over the grid, then mean ± SE over seeds (runs of one seed share the warm start and the prompt order).
+    """
     configs = (*EFFICIENCY_CONFIGS, *extra)
     run_demo(out, configs=configs, seeds=seeds, overrides=overrides)
-    runs = load_runs([out / f"{c}-s{s}" for s in seeds for c in configs])
+    runs = load_runs([out / f"{config_label(c)}-s{s}" for s in seeds for c in configs])
     groups = group_runs(runs)
-    curves = {name: mean_curve(group, "rollouts_total") for name, group in groups.items()}
+    curves = {name: mean_curve(group, ROLLOUTS_KEY) for name, group in groups.items()}
+    compute_curves = {name: mean_curve(group, COMPUTE_KEY) for name, group in groups.items()}
     finals = {name: float(c.mean[-1]) for name, c in curves.items()}
     reference = max(("grpo4", "grpo16"), key=lambda n: finals[n])
     target = finals[reference]
 
-    def first_reach(name: str) -> float | None:
-        c = curves[name]
-        hit = np.flatnonzero(c.mean >= target)
-        if not hit.size:
-            return None
-        i = int(hit[0])
-        if i == 0:
-            return float(c.x[0])
-        x0, x1, y0, y1 = c.x[i - 1], c.x[i], c.mean[i - 1], c.mean[i]
-        return float(x0 + (target - y0) * (x1 - x0) / (y1 - y0))
+    def ratios(by: dict[str, Any]) -> tuple[float | None, dict[str, float | None]]:
+        ref = _first_reach(by[reference], target)
+        out_: dict[str, float | None] = {}
+        for name in groups:
+            if name in ("grpo4", "grpo16"):
+                continue
+            r = _first_reach(by[name], target)
+            # undefined when the method never reaches the target, or the reference never improved on its start
+            out_[name] = None if r is None or not ref else r / ref
+        return ref, out_
 
-    ref_rollouts = first_reach(reference)
-    ratio = {}
-    for name in groups:
-        if name in ("grpo4", "grpo16"):
-            continue
-        r = first_reach(name)
-        # undefined when the method never reaches the target, or the reference never improved on its start
-        ratio[name] = None if r is None or not ref_rollouts else r / ref_rollouts
+    ref_rollouts, rollout_ratio = ratios(curves)
+    ref_compute, compute_ratio = ratios(compute_curves)
     per_seed = {
-        name: {str(run.seed): [[float(x), float(y)] for x, y in zip(*run.series_vs("rollouts_total", "eval_pass_rate"),
+        name: {str(run.seed): [[float(x), float(y)] for x, y in zip(*run.series_vs(ROLLOUTS_KEY, "eval_pass_rate"),
                                                                      strict=True)] for run in group}
         for name, group in groups.items()
     }  # fmt: skip
@@ -145,17 +147,81 @@ def bench_efficiency(out: Path, *, seeds: tuple[int, ...] = (0, 1, 2), extra: tu
         "reference": reference,
         "target_pass_rate": target,
         "reference_rollouts_to_target": ref_rollouts,
-        "rollout_ratio": ratio,
+        "reference_compute_to_target": ref_compute,
+        "rollout_ratio": rollout_ratio,
+        "compute_ratio": compute_ratio,
+        "paired_diff": {name: paired_difference(groups[name], groups[reference]) for name in groups},
         "final_eval_pass_rate": finals,
         "final_eval_se": {name: float(c.se[-1]) for name, c in curves.items()},
+        "rollouts_per_prompt": {name: _mean_of(group, "rollouts_per_prompt") for name, group in groups.items()},
+        "compute_per_rollout": {
+            name: float(np.mean([r.last(COMPUTE_KEY) / r.last(ROLLOUTS_KEY) for r in group]))
+            for name, group in groups.items()
+        },
         "seeds": list(seeds),
         "budget_rollouts": int(max(float(c.x[-1]) for c in curves.values())),
         "curves": {
             name: {"rollouts": c.x.tolist(), "mean": c.mean.tolist(), "se": c.se.tolist()} for name, c in curves.items()
         },  # fmt: skip
+        "compute_curves": {
+            name: {"compute": c.x.tolist(), "mean": c.mean.tolist(), "se": c.se.tolist()}
+            for name, c in compute_curves.items()
+        },
         "per_seed_curves": per_seed,
-        "note": "rollouts to reach the better GRPO's final seed-mean eval pass rate on seed-mean curves; < 1 is fewer",
+        "note": "rollouts (compute: token-passes) to reach the better GRPO's final seed-mean eval pass rate on "
+        "seed-mean curves, ÷ the reference's; < 1 is fewer. paired_diff: eval − reference, same seed, mean over a "
+        "common rollout grid, then mean ± SE over seeds",
     }
+
+
+def _first_reach(curve: Any, target: float) -> float | None:
+    """X at which a seed-mean curve first reaches ``target`` (linear between points; None: never)."""
+    hit = np.flatnonzero(curve.mean >= target)
+    if not hit.size:
+        return None
+    i = int(hit[0])
+    if i == 0:
+        return float(curve.x[0])
+    x0, x1, y0, y1 = curve.x[i - 1], curve.x[i], curve.mean[i - 1], curve.mean[i]
+    return float(x0 + (target - y0) * (x1 - x0) / (y1 - y0))
+
+
+def _mean_of(runs: list[Any], key: str) -> float:
+    """Mean over seeds of each seed's mean of ``key`` over its steps."""
+    return float(np.mean([float(np.nanmean(r.series(key)[1])) for r in runs]))
+
+
+def paired_difference(runs: list[Any], reference: list[Any]) -> dict[str, float | int | None]:
+    """Eval − reference eval, seed by seed, averaged over the rollout grid both cover; mean ± SE over seeds.
+
+        d_s = mean_{x ∈ grid_s} (y_s(x) − y^ref_s(x)),   grid_s = eval points of either run in the common range,
+        mean = (1/n) Σ d_s,   se = std(d, ddof=1)/√n
+
+    Runs of one seed share the warm start and the prompt order, so d_s cancels most of the seed-to-seed spread.
+    Seeds missing from either group are left out.
+
+    Returns:
+        ``{"mean", "se", "n"}`` (None where no seed pairs up; se 0 with one seed).
+    """
+    ref = {r.seed: r for r in reference}
+    diffs = []
+    for run in runs:
+        other = ref.get(run.seed)
+        if other is None:
+            continue
+        x, y = run.series_vs(ROLLOUTS_KEY, "eval_pass_rate")
+        xr, yr = other.series_vs(ROLLOUTS_KEY, "eval_pass_rate")
+        if x.size == 0 or xr.size == 0:
+            continue
+        lo, hi = max(x[0], xr[0]), min(x[-1], xr[-1])
+        grid = np.unique(np.concatenate([x, xr]))
+        grid = grid[(grid >= lo) & (grid <= hi)]
+        if grid.size:
+            diffs.append(float(np.mean(np.interp(grid, x, y) - np.interp(grid, xr, yr))))
+    if not diffs:
+        return {"mean": None, "se": None, "n": 0}
+    se = float(np.std(diffs, ddof=1) / np.sqrt(len(diffs))) if len(diffs) > 1 else 0.0
+    return {"mean": float(np.mean(diffs)), "se": se, "n": len(diffs)}
 
 
 def register_benches(bsub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -178,8 +244,6 @@ def register_benches(bsub: argparse._SubParsersAction) -> None:  # type: ignore[
 
 
 def _run_train(args: argparse.Namespace) -> int:
-    from v05.train.cli import require_trainer  # noqa: PLC0415
-
     require_trainer()
     configs = tuple(c for c in args.configs.split(",") if c)
     if not configs or args.steps <= WARMUP_STEPS or args.trl_steps < 2:
@@ -196,8 +260,6 @@ def _run_train(args: argparse.Namespace) -> int:
 
 
 def _run_efficiency(args: argparse.Namespace) -> int:
-    from v05.train.cli import require_trainer  # noqa: PLC0415
-
     require_trainer()
     try:
         seeds = tuple(int(s) for s in args.seeds.split(","))
@@ -205,8 +267,8 @@ def _run_efficiency(args: argparse.Namespace) -> int:
         raise ValueError(f"--seeds must be comma-separated integers, got {args.seeds!r}") from None
     extra = tuple(c for c in args.extra.split(",") if c)
     res = bench_efficiency(Path(args.out), seeds=seeds, extra=extra, overrides=tuple(args.overrides))
-    keys = ("reference", "target_pass_rate", "reference_rollouts_to_target", "rollout_ratio", "final_eval_pass_rate",
-            "final_eval_se", "seeds")  # fmt: skip
+    keys = ("reference", "target_pass_rate", "reference_rollouts_to_target", "rollout_ratio", "compute_ratio",
+            "paired_diff", "final_eval_pass_rate", "final_eval_se", "compute_per_rollout", "seeds")  # fmt: skip
     print(json.dumps({k: res[k] for k in keys}, indent=2))  # the CLI's output
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=2))

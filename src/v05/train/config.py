@@ -15,16 +15,26 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.resources
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import omegaconf
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
 from v05.engines.hf import GenerationConfig
+from v05.priors import PROVIDERS
+from v05.registry import ALLOCATORS, get_allocator, get_estimator
+from v05.tasks import TASKS
 from v05.train.critic import CriticConfig
 from v05.train.features import FeatureConfig
 from v05.train.loss import LossConfig
 from v05.train.policy import PolicyConfig
 from v05.train.sft import SFTConfig
+
+logger = logging.getLogger(__name__)
 
 CONFIG_PACKAGE = "v05.train.configs"
 """Packaged configs (``demo-grpo4.yaml`` ...) resolve by name."""
@@ -57,7 +67,12 @@ class WarmupConfig:
     n_examples: int = 50_000
     """fresh training examples drawn from the task's generator (arithmetic) or its train pool (others)."""
     eval_size: int = 512
-    """held-out prompts sampled (T = 1) to measure the pass rate during the warm-up."""
+    """validation prompts sampled (T = 1) to measure the pass rate during the warm-up: the task's validation split,
+    disjoint from its train pool and its eval split (the SFT stops on it, so it must not be the eval split)."""
+    per_seed: bool = True
+    """one warm start per run ``seed``: the tiny policy's initialisation (``policy.seed``) and the SFT batch order
+    (``warmup.sft.seed``) are offset by ``seed``, so the spread over seeds includes the warm start's. False: every
+    seed starts from the same weights (paired runs then differ only in RL sampling)."""
     cache_dir: str | None = None
     """where warm starts are cached (None: ``$V05_WARM_START_DIR`` or ``~/.cache/v05/warm_start``)."""
 
@@ -94,6 +109,10 @@ class PriorConfig:
     """provider name in ``v05.priors.PROVIDERS`` (running_mean, history, v0, combined); None: no prior."""
     options: dict[str, Any] = field(default_factory=dict)
     """its keyword options (e.g. ``backend``, ``head``, ``context_size``)."""
+    input: Literal["auto", "question", "prompt"] = "auto"
+    """what the prior reads of a prompt: ``question`` (the bare problem text: V0 was trained on it, not on chat-wrapped
+    prompts), ``prompt`` (the rendered prompt the policy sees) or ``auto`` (``prompt`` for priors that read the
+    policy, i.e. ``probe``; ``question`` otherwise)."""
     feed_n0: bool = True
     """give ``v05_eb`` (and OSLA's eb_guard test) the provider's calibrated n0 per prompt; False: v05_eb uses its own
     online τ² state."""
@@ -136,9 +155,10 @@ class OptimConfig:
     weight_decay: float = 0.0
     """AdamW weight decay."""
     warmup_steps: int = 10
-    """linear warm-up steps from 0 to lr."""
+    """linear warm-up over this many optimizer steps (ppo_epochs per training step) from lr/warmup_steps to lr."""
     schedule: Literal["constant", "cosine"] = "constant"
-    """after the warm-up: constant, or cosine decay to 0 at ``train.steps``."""
+    """constant, or cosine decay to 0 over the run: over the rollout budget ``train.max_rollouts`` when it is set
+    (every method at equal budget sees the same decay), else over ``train.steps`` (v05.train.schedule)."""
     grad_clip: float | None = 1.0
     """clip the global gradient norm (None: no clipping; the norm is logged either way)."""
 
@@ -177,6 +197,10 @@ class LoopConfig:
     """DAPO overlong reward shaping."""
     prompt_order: Literal["epochs", "random"] = "epochs"
     """``epochs``: a fresh permutation of the pool per epoch; ``random``: prompts drawn with replacement."""
+    recompute_old_logp: Literal["auto", "always", "never"] = "auto"
+    """recompute the old log-probs with the training forward before the update: ``auto`` when the policy is not
+    float32 (bf16 ``generate`` logits differ from the training forward, so the first PPO epoch's ratio would not be
+    1 and clipping would fire spuriously; verl recomputes too), ``always`` or ``never``."""
     reward_range: Literal["pm1", "01"] = "pm1"
     """the scale estimators see: ``pm1`` maps task rewards r ∈ [0, 1] to 2r − 1 (the V0.5 paper's space; unscaled
     advantages are twice the 0/1 ones), ``01`` keeps them. GRPO's std scaling makes it indifferent."""
@@ -269,10 +293,6 @@ def load_config(config: str | None = None, overrides: list[str] | tuple[str, ...
     Raises:
         ValueError: unknown file or name, unknown keys, wrong types or invalid values — the message names the field.
     """
-    import omegaconf  # noqa: PLC0415 (the config library is a trainer dependency only)
-    from omegaconf import OmegaConf  # noqa: PLC0415
-    from omegaconf.errors import OmegaConfBaseException  # noqa: PLC0415
-
     if tuple(int(x) for x in omegaconf.__version__.split(".")[:2]) < (2, 4):
         raise ValueError(
             f"v05 train needs omegaconf >= 2.4 (its configs use Literal modes), found {omegaconf.__version__}; "
@@ -285,9 +305,9 @@ def load_config(config: str | None = None, overrides: list[str] | tuple[str, ...
     try:
         merged = OmegaConf.structured(TrainConfig)
         if config is not None:
-            merged = OmegaConf.merge(merged, OmegaConf.load(resolve_config_path(config)))
+            merged = OmegaConf.merge(merged, _literal_strings(OmegaConf.load(resolve_config_path(config))))
         if overrides:
-            merged = OmegaConf.merge(merged, OmegaConf.from_dotlist(list(overrides)))
+            merged = OmegaConf.merge(merged, _literal_strings(OmegaConf.from_dotlist(list(overrides))))
         cfg: TrainConfig = OmegaConf.to_object(merged)  # type: ignore[assignment]
     except OmegaConfBaseException as err:
         raise ValueError(f"bad config: {_one_line(err)}") from None
@@ -297,6 +317,19 @@ def load_config(config: str | None = None, overrides: list[str] | tuple[str, ...
         cfg = quick_config(cfg)
     check_config(cfg)
     return cfg
+
+
+STRING_KEYS = ("train.reward_range",)
+"""Fields whose valid values YAML reads as numbers: ``01`` is the integer 1 to YAML and to the dotlist parser."""
+
+
+def _literal_strings(node: Any) -> Any:
+    """Give the string fields of :data:`STRING_KEYS` back their text: ``reward_range: 01`` parses as the int 1."""
+    for key in STRING_KEYS:
+        value = OmegaConf.select(node, key, default=None)
+        if isinstance(value, int) and not isinstance(value, bool) and value == 1:
+            OmegaConf.update(node, key, "01", merge=False)
+    return node
 
 
 def _one_line(err: Exception) -> str:
@@ -309,8 +342,6 @@ def _one_line(err: Exception) -> str:
 
 def to_yaml(cfg: TrainConfig) -> str:
     """The resolved config as YAML (what ``config.yaml`` in a run directory holds)."""
-    from omegaconf import OmegaConf  # noqa: PLC0415
-
     return OmegaConf.to_yaml(OmegaConf.structured(cfg))
 
 
@@ -336,8 +367,6 @@ def quick_config(cfg: TrainConfig) -> TrainConfig:
 
 def check_config(cfg: TrainConfig) -> None:
     """Check values and how the parts fit together; raise ValueError naming the field and how to fix it."""
-    from v05.registry import get_estimator  # noqa: PLC0415 (numpy-only core)
-
     def need(ok: bool, where: str, msg: str) -> None:
         if not ok:
             raise ValueError(f"{where}: {msg}")
@@ -378,10 +407,27 @@ def check_config(cfg: TrainConfig) -> None:
     _check_rest(cfg, need)
 
 
+def _check_osla_pairing(cfg: TrainConfig) -> None:
+    """Warn when OSLA buys extras on a test the estimator does not act on (``v05_eb`` + the paper's test).
+
+    OSLA's extras pay off where the prior is dropped; ``v05_eb`` drops a prior only through its own guard, so the
+    coherent pairing is ``test: eb_guard`` with the estimator's ``guard_level`` (demo-v05-eb).
+    """
+    if cfg.estimator.name != "v05_eb":
+        return
+    test = cfg.allocator.options.get("test", "v05")
+    level = cfg.estimator.options.get("guard_level")
+    osla_level = cfg.allocator.options.get("guard_level", 0.01)
+    if test != "eb_guard" or level is None or float(level) != float(osla_level):
+        logger.warning(
+            "v05_eb with osla test=%s (guard_level %s) and estimator guard_level %s: OSLA buys extra rollouts for "
+            "prompts whose prior v05_eb keeps; pair them with allocator.options.test=eb_guard and the same "
+            "guard_level in estimator.options", test, osla_level, level,
+        )  # fmt: skip
+
+
 def _check_rest(cfg: TrainConfig, need: Any) -> None:
     """The checks every estimator shares: allocator, prior, task."""
-    from v05.registry import ALLOCATORS  # noqa: PLC0415
-
     tr = cfg.train
     # allocator: a registered name with valid options (batch_size is the loop's)
     need(cfg.allocator.name in ALLOCATORS, "allocator.name",
@@ -391,19 +437,14 @@ def _check_rest(cfg: TrainConfig, need: Any) -> None:
     need(cfg.allocator.pool_factor is None or cfg.allocator.pool_factor >= 1, "allocator.pool_factor", "must be >= 1")
     if cfg.allocator.name == "osla":
         need(cfg.prior.name is not None, "prior.name", "allocator 'osla' tests a prior: set prior.name")
-    from v05.registry import get_allocator  # noqa: PLC0415
-
+        _check_osla_pairing(cfg)
     try:
         get_allocator(cfg.allocator.name, batch_size=tr.batch_size, **cfg.allocator.options)
     except (ValueError, TypeError) as err:
         raise ValueError(f"allocator.options: {err}") from None
     if cfg.prior.name is not None:
-        from v05.priors import PROVIDERS  # noqa: PLC0415
-
         need(cfg.prior.name in PROVIDERS, "prior.name",
              f"unknown prior provider {cfg.prior.name!r}; valid: {', '.join(PROVIDERS)}")  # fmt: skip
-    from v05.tasks import TASKS  # noqa: PLC0415
-
     need(cfg.task.name in TASKS, "task.name", f"unknown task {cfg.task.name!r}; valid: {', '.join(TASKS)}")
 
 

@@ -9,8 +9,13 @@ rollouts consumed (the headline axis) and prints the final table.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 from pathlib import Path
+
+from v05.report.html import render_table, write_report
+from v05.report.runs import load_runs
+from v05.train.cli import require_trainer
 
 logger = logging.getLogger(__name__)
 
@@ -22,23 +27,29 @@ def run_demo(
     out: Path, *, configs: tuple[str, ...] = DEMO_CONFIGS, seeds: tuple[int, ...] = (0,), quick: bool = False,
     overrides: tuple[str, ...] = (),
 ) -> Path:  # fmt: skip
-    """Train every config × seed into ``out/<config>-s<seed>`` (reusing finished runs) and write ``out/report``.
+    """Train every config × seed into ``out/<label>-s<seed>`` (reusing finished runs) and write ``out/report``.
+
+    A config given as a file is labelled by its file name without ``.yaml`` (``path/my.yaml`` → ``out/my-s0``).
 
     Returns:
         The path of ``report.html``.
+
+    Raises:
+        ValueError: two configs share a label (two files of one name in different folders).
     """
-    from v05.report.html import write_report  # noqa: PLC0415
-    from v05.report.runs import load_runs  # noqa: PLC0415
-    from v05.train.config import load_config  # noqa: PLC0415
+    from v05.train.config import load_config  # noqa: PLC0415 (the trainer: torch, imported when a demo runs)
     from v05.train.loop import train  # noqa: PLC0415
     from v05.train.rundir import latest_checkpoint  # noqa: PLC0415
 
+    labels = [config_label(name) for name in configs]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"configs {', '.join(configs)} share a run label ({', '.join(labels)}): rename a file")
     out.mkdir(parents=True, exist_ok=True)
     run_dirs = []
     for seed in seeds:
-        for name in configs:
+        for name, label in zip(configs, labels, strict=True):
             cfg = load_config(name, (*overrides, f"seed={seed}"), quick=quick)
-            run_dir = out / f"{name}-s{seed}"
+            run_dir = out / f"{label}-s{seed}"
             run_dirs.append(run_dir)
             if (run_dir / "final").is_dir():
                 logger.info("%s: finished run found, reused", run_dir)
@@ -49,6 +60,14 @@ def run_demo(
             if result.interrupted:
                 raise KeyboardInterrupt(f"demo interrupted during {run_dir} (checkpoint saved; re-run to resume)")
     return write_report(load_runs(run_dirs), out / "report", title="v05 demo: eval pass rate vs rollouts consumed")
+
+
+def config_label(config: str) -> str:
+    """The run-directory label of a config: a packaged name as is, a file by its name without ``.yaml``/``.yml``."""
+    path = Path(config)
+    if path.suffix in (".yaml", ".yml") or len(path.parts) > 1:
+        return path.stem
+    return config
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -68,9 +87,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def _run(args: argparse.Namespace) -> int:
-    from v05.report.html import render_table  # noqa: PLC0415
-    from v05.train.cli import require_trainer  # noqa: PLC0415
-
     require_trainer()
     try:
         seeds = tuple(int(s) for s in args.seeds.split(","))
@@ -78,12 +94,10 @@ def _run(args: argparse.Namespace) -> int:
         raise ValueError(f"--seeds must be comma-separated integers, got {args.seeds!r}") from None
     configs = tuple(c.strip() for c in args.configs.split(",") if c.strip())
     report = run_demo(Path(args.out), configs=configs, seeds=seeds, quick=args.quick, overrides=tuple(args.overrides))
-    import json  # noqa: PLC0415
-
     summary = json.loads((report.parent / "summary.json").read_text(encoding="utf-8"))
     print(render_table(summary))  # the CLI's output: the final table and where the report is
     print(f"report: {report}")
     return 0
 
 
-__all__ = ["DEMO_CONFIGS", "register", "run_demo"]
+__all__ = ["DEMO_CONFIGS", "config_label", "register", "run_demo"]

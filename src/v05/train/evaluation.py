@@ -7,15 +7,17 @@ from typing import Any
 
 import numpy as np
 
+from v05.engines.hf import HFEngine
+from v05.groups import segment_count, segment_mean
+from v05.priors.base import auc_score
+from v05.rewards import to_pass_rate
+from v05.train.compute import ComputeMeter
 from v05.train.config import TrainConfig
 from v05.train.state import Counters
 
 
 def group_pass_rates(rewards: np.ndarray, group: np.ndarray, reward_range: str) -> np.ndarray:
     """(G,) observed pass rate of each group from its rewards on the run's scale."""
-    from v05.groups import segment_mean  # noqa: PLC0415
-    from v05.rewards import to_pass_rate  # noqa: PLC0415
-
     return segment_mean(to_pass_rate(np.asarray(rewards, np.float64), reward_range), group)  # type: ignore[arg-type]
 
 
@@ -31,8 +33,6 @@ def value_quality(predicted: np.ndarray, observed: np.ndarray) -> dict[str, floa
     Returns:
         The three numbers (NaN where undefined: fewer than 2 groups, a constant input, or one class only).
     """
-    from v05.priors.base import auc_score  # noqa: PLC0415
-
     p, o = np.asarray(predicted, np.float64), np.asarray(observed, np.float64)
     if len(p) < 2:
         return {"value/mae": float(np.mean(np.abs(p - o))) if len(p) else float("nan"),
@@ -54,14 +54,14 @@ def step_metrics(
     provider: Any,
     timing: dict[str, float],
     value_g: np.ndarray | None = None,
+    compute: ComputeMeter | None = None,
 ) -> dict[str, Any]:
     """One metrics.jsonl row.
 
-    Counters, pass rates, the k histogram, advantage and prior statistics, the update's diagnostics, the allocator's
-    statistics and the step time split.
+    Counters (cumulative ``rollouts_total``, ``tokens_total`` generated tokens and ``compute_total`` token-passes,
+    :mod:`v05.train.compute`), pass rates, the k histogram, advantage and prior statistics, the update's
+    diagnostics, the allocator's statistics, the step's token-passes by part and the step time split.
     """
-    from v05.groups import segment_count  # noqa: PLC0415
-
     n_drawn = int(alloc.n_rollouts)
     passed = np.concatenate([sc.rewards for sc in scores]) if scores else np.zeros(0)  # task rewards in [0, 1]
     train_pass = float(passed.mean()) if n_drawn else float("nan")
@@ -71,6 +71,7 @@ def step_metrics(
         "step": c.step,
         "rollouts_total": c.rollouts_total,
         "tokens_total": c.tokens_total,
+        "compute_total": c.compute_total,
         "prompts_total": c.prompts_total,
         "train_pass_rate": train_pass,
         "wall_time": c.wall_time,
@@ -84,7 +85,10 @@ def step_metrics(
         "no_answer_frac": float(np.mean(np.concatenate([s.no_answer for s in scores]))) if scores else float("nan"),
         "truncated_frac": float(np.mean(rollouts_all.truncated)) if len(rollouts_all) else float("nan"),
         "response_length": float(np.mean(rollouts_all.lengths)) if len(rollouts_all) else float("nan"),
+        "tokens_step": int(rollouts_all.lengths.sum()) if len(rollouts_all) else 0,
     }
+    if compute is not None:
+        row |= compute.metrics()
     if est is not None and len(rewards):
         n_g = segment_count(group)
         lo = np.full(len(n_g), np.inf)
@@ -116,8 +120,6 @@ def step_metrics(
 
 def evaluate(cfg: TrainConfig, model: Any, tokenizer: Any, task: Any, held_out: list, texts: list[str]) -> dict:
     """Held-out pass rates: one sampled rollout per prompt (the same seed every time) and one greedy."""
-    from v05.engines.hf import HFEngine  # noqa: PLC0415
-
     gen = cfg.generation
     ones = [1] * len(texts)
     sampled = HFEngine(model, tokenizer, gen, seed=cfg.eval.seed).generate(texts, ones)

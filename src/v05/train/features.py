@@ -410,8 +410,8 @@ def _prompt_features(
     *,
     config: FeatureConfig,
     batch_size: int,
-) -> tuple[npt.NDArray[np.float32], int]:
-    """(Q, H) features and the number of prompts truncated to ``max_position_embeddings``."""
+) -> tuple[npt.NDArray[np.float32], int, int]:
+    """(Q, H) features, the number of prompts truncated to ``max_position_embeddings``, and the tokens run."""
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size={batch_size!r} must be a positive integer")
     _layer_index(model, config.layer)
@@ -435,7 +435,7 @@ def _prompt_features(
                 model(input_ids=ids_b, attention_mask=mask_b, position_ids=position, use_cache=False, logits_to_keep=1)
             _expect_calls(states, 1)
             rows.append(_tail_mean(states[0], mask_b, config.n_prompt).cpu().numpy())  # (B, H)
-    return np.concatenate(rows).astype(np.float32), n_truncated
+    return np.concatenate(rows).astype(np.float32), n_truncated, sum(len(ids) for ids in encoded)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -458,6 +458,8 @@ class PolicyFeatureBackend:
     config: FeatureConfig = field(default_factory=FeatureConfig)
     batch_size: int = 64
     truncated: int = field(default=0, init=False)
+    token_passes: int = field(default=0, init=False)
+    """real prompt tokens run through the policy so far (the trainer's compute accounting)."""
     cacheable: bool = field(default=False, init=False)
     volatile: bool = field(default=True, init=False)
 
@@ -468,8 +470,9 @@ class PolicyFeatureBackend:
 
     def encode(self, texts: Sequence[str]) -> FloatArray:
         """(Q, H) float64 prompt features of ``texts`` under the current weights."""
-        rows, n_truncated = _prompt_features(
+        rows, n_truncated, n_tokens = _prompt_features(
             self.model, self.tokenizer, texts, config=self.config, batch_size=self.batch_size
         )
         self.truncated += n_truncated
+        self.token_passes += n_tokens
         return rows.astype(np.float64)

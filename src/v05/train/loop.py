@@ -19,9 +19,9 @@ Seam for later methods (POISE probe, PPO critic): a value estimate is one more i
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
-import math
 import signal
 import time
 from collections.abc import Callable
@@ -30,15 +30,26 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
+from tqdm.auto import tqdm
 
+from v05.engines.hf import HFEngine
+from v05.priors import make_provider
 from v05.rewards import to_pass_rate
+from v05.tasks import make_task
 from v05.train.checkpoint import checkpoint_step, export_policy, restore_state, save_state
+from v05.train.compute import ComputeMeter
 from v05.train.config import TrainConfig, to_yaml
 from v05.train.evaluation import evaluate, step_metrics
+from v05.train.features import PolicyFeatureBackend
+from v05.train.policy import load_policy, set_cpu_threads
+from v05.train.prompts import PromptQueue
 from v05.train.rundir import CONFIG, MetricsLog, atomic_write_text, latest_checkpoint, load_checkpoint
+from v05.train.schedule import LRSchedule
 from v05.train.state import Counters, state_from_json
 from v05.train.step import (
     Sampler,
+    check_overlong_buffer,
     concat_rollouts,
     estimate_advantages,
     predict_prior,
@@ -48,6 +59,7 @@ from v05.train.step import (
     update_prior,
 )
 from v05.train.value import CriticMethod, PoiseMethod, make_value_method
+from v05.train.warmstart import ensure_warm_start, render_all
 
 logger = logging.getLogger(__name__)
 
@@ -115,12 +127,6 @@ def train(
         ValueError: a run already exists without ``resume``, a resume without a checkpoint or with another config,
             or bad task/model options.
     """
-    import torch  # noqa: PLC0415
-
-    from v05.tasks import make_task  # noqa: PLC0415
-    from v05.train.policy import load_policy, set_cpu_threads  # noqa: PLC0415
-    from v05.train.warmstart import ensure_warm_start, render_all  # noqa: PLC0415
-
     run_dir = Path(run_dir)
     ckpt = _prepare_run_dir(cfg, run_dir, resume)
     set_cpu_threads(cfg.run.threads)
@@ -138,13 +144,16 @@ def train(
     model, tokenizer = load_policy(policy_cfg)
     texts, held_texts = render_all(cfg, task, pool, tokenizer), render_all(cfg, task, held_out, tokenizer)
     keys = np.array([p.key for p in pool])
+    check_overlong_buffer(cfg, task, pool, tokenizer)
     engine = _engine(cfg, model, tokenizer)
     optimizer, scheduler = _optimizer(cfg, model)
     reference = _reference_model(cfg, model)
-    provider = _provider(cfg, model, tokenizer)
+    provider, prior_backend = _provider(cfg, model, tokenizer)
+    prior_texts = _prior_texts(cfg, provider, pool, texts)  # what the prior reads of each pool prompt
     if provider is not None:
-        provider.prefetch(texts)  # the pool's embeddings, once: steps only look them up
+        provider.prefetch(prior_texts)  # the pool's embeddings, once: steps only look them up
     method = make_value_method(cfg, model)  # POISE's probe or PPO's critic; None for the registry's estimators
+    recompute = recompute_old_logp(cfg, model, method)
     queue = _queue(cfg, len(pool))
     est_state: Any = None
     alloc_state: Any = None
@@ -161,6 +170,7 @@ def train(
         if method is not None:
             method.load_state_dict(state["method"] if "method" in state else tensors["method"])
         logger.info("resumed %s at step %d (%d rollouts)", run_dir, c.step, c.rollouts_total)
+    probe_mark = 0  # the probe prior's token-passes already counted (its calibration refit lands in the next step)
     metrics = MetricsLog(run_dir, resume_step=c.step if ckpt is not None else None, tensorboard=cfg.run.tensorboard)
     stop = _Stop()
     stop.install()
@@ -174,19 +184,21 @@ def train(
 
     try:
         if c.step == 0 and cfg.eval.at_start and ckpt is None:
-            row = {"step": 0, "rollouts_total": 0, "tokens_total": 0, "train_pass_rate": float("nan"),
-                   "wall_time": 0.0, **evaluate(cfg, model, tokenizer, task, held_out, held_texts)}  # fmt: skip
+            row = {"step": 0, "rollouts_total": 0, "tokens_total": 0, "compute_total": 0,
+                   "train_pass_rate": float("nan"), "wall_time": 0.0,
+                   **evaluate(cfg, model, tokenizer, task, held_out, held_texts)}  # fmt: skip
             c.last_eval = row["eval_pass_rate"]
             metrics.write(row)
         while not _done(cfg, c):
             t_step = time.perf_counter()
             step = c.step + 1
             timing = dict.fromkeys(("generate", "verify", "prior", "estimate", "update"), 0.0)
+            compute = ComputeMeter()
 
             # 1. the step's candidate prompts and their prior
             idx = queue.take(_pool_size(cfg))
             t0 = time.perf_counter()
-            prior_v, n0 = predict_prior(cfg, provider, keys[idx], [texts[i] for i in idx])  # on the reward scale
+            prior_v, n0 = predict_prior(cfg, provider, keys[idx], [prior_texts[i] for i in idx])  # reward scale
             timing["prior"] += time.perf_counter() - t0
 
             # 2. rollouts: the allocator's rounds, each one generate + verify
@@ -197,6 +209,7 @@ def train(
             sampled = np.flatnonzero(alloc.counts > 0)
             queue.give_back(idx[np.flatnonzero(alloc.counts == 0)])
             rollouts_all, scores = concat_rollouts(sample.draws, tokenizer), sample.scores
+            compute.forward("generate", rollouts_all.prompt_mask, rollouts_all.response_mask)
             rewards, group, kept_pool = alloc.loss_batch()  # (N,), (N,), (G,) kept rollouts in draw order
             kept_rollouts = rollouts_all.select(alloc.kept[alloc.prompt])
 
@@ -207,10 +220,10 @@ def train(
                 value_g = to_pass_rate(prior_v[kept_pool], cfg.train.reward_range)  # the prior's value per group
             if len(rewards) and isinstance(method, PoiseMethod):
                 est, kept_rollouts, value_g, extra = method.estimate(
-                    cfg, step, model, tokenizer, kept_rollouts, shaped, group, keys[idx[kept_pool]]
+                    cfg, step, model, tokenizer, kept_rollouts, shaped, group, keys[idx[kept_pool]], compute
                 )
             elif len(rewards) and isinstance(method, CriticMethod):
-                advantages, est, value_g, targets = method.estimate(cfg, kept_rollouts, shaped, group)
+                advantages, est, value_g, targets = method.estimate(cfg, kept_rollouts, shaped, group, compute)
             elif len(rewards):
                 est, est_state = estimate_advantages(
                     cfg, step, shaped, group, kept_pool, idx, keys, prior_v, n0, est_state
@@ -221,33 +234,41 @@ def train(
             t0 = time.perf_counter()
             upd = {}
             if est is not None:
-                head = method.head_terms(cfg, kept_rollouts, targets) if isinstance(method, CriticMethod) else None
+                head = None
+                if isinstance(method, CriticMethod):
+                    head = method.head_terms(cfg, kept_rollouts, targets, compute)
+                _begin_schedule(cfg, scheduler, c, alloc.n_rollouts)
                 upd = update_policy(
                     cfg, model, reference, optimizer, scheduler, kept_rollouts, group,
-                    est.advantages if advantages is None else advantages, value_terms=head,
+                    est.advantages if advantages is None else advantages, compute=compute,
+                    recompute_old_logp=recompute, value_terms=head,
                     value_optimizer=None if head is None else method.critic.optimizer,
                 )  # fmt: skip
                 if isinstance(method, CriticMethod):
-                    upd |= method.update(cfg, kept_rollouts, targets)
+                    upd |= method.update(cfg, kept_rollouts, targets, compute)
                 _sync(engine, model)  # an engine with its own copy of the weights (vLLM) follows the update
             timing["update"] += time.perf_counter() - t0
 
             # 5. the prior learns this step's outcomes (every sampled prompt, kept or not)
             t0 = time.perf_counter()
             if provider is not None and sampled.size:
-                update_prior(cfg, provider, alloc, idx, keys, texts, step)
+                update_prior(cfg, provider, alloc, idx, keys, prior_texts, step)
             timing["prior"] += time.perf_counter() - t0
 
             # 6. bookkeeping, metrics, eval, checkpoint
             c.step = step
             c.rollouts_total += alloc.n_rollouts
             c.tokens_total += int(rollouts_all.lengths.sum())
+            if prior_backend is not None:  # the probe prior's prefills since the last step's bookkeeping
+                compute.add("probe", prior_backend.token_passes - probe_mark)
+                probe_mark = prior_backend.token_passes
+            c.compute_total += compute.total
             c.prompts_total += int(sampled.size)
             c.verifier_failures += sum(s.failures for s in scores)
             c.wall_time = time.perf_counter() - started
             row = step_metrics(
                 cfg, c, alloc, rewards, group, est, upd | extra, scores, rollouts_all, provider, timing,
-                value_g=value_g,
+                value_g=value_g, compute=compute,
             )  # fmt: skip
             row["time/step"] = time.perf_counter() - t_step
             if _eval_due(cfg, c):
@@ -300,8 +321,6 @@ def _engine(cfg: TrainConfig, model: Any, tokenizer: Any) -> Any:
         from v05.engines.vllm import VLLMEngine  # noqa: PLC0415 (optional, GPU-only extra)
 
         return VLLMEngine(model, tokenizer, cfg.generation, seed=cfg.seed)
-    from v05.engines.hf import HFEngine  # noqa: PLC0415
-
     return HFEngine(model, tokenizer, cfg.generation, seed=cfg.seed)
 
 
@@ -312,51 +331,69 @@ def _sync(engine: Any, model: Any) -> None:
         sync(model)
 
 
-def _optimizer(cfg: TrainConfig, model: Any) -> tuple[Any, Any]:
-    import torch  # noqa: PLC0415
-
+def _optimizer(cfg: TrainConfig, model: Any) -> tuple[Any, LRSchedule]:
+    """AdamW and its schedule, whose horizon is the rollout budget when there is one (:mod:`v05.train.schedule`)."""
     o = cfg.optim
     opt = torch.optim.AdamW(model.parameters(), lr=o.lr, betas=tuple(o.betas), eps=o.eps, weight_decay=o.weight_decay)
-    total, warm = max(cfg.train.steps, 1), o.warmup_steps
+    horizon = cfg.train.max_rollouts if cfg.train.max_rollouts is not None else cfg.train.steps
+    return opt, LRSchedule(opt, lr=o.lr, warmup_steps=o.warmup_steps, schedule=o.schedule, horizon=float(horizon))
 
-    def factor(s: int) -> float:  # s = optimizer steps taken so far
-        if warm and s < warm:
-            return (s + 1) / warm
-        if o.schedule == "cosine":
-            return 0.5 * (1.0 + math.cos(math.pi * min(1.0, (s - warm) / max(total - warm, 1))))
-        return 1.0
 
-    return opt, torch.optim.lr_scheduler.LambdaLR(opt, factor)
+def _begin_schedule(cfg: TrainConfig, scheduler: LRSchedule, c: Counters, step_rollouts: int) -> None:
+    """Place this step in the schedule's horizon: its rollouts within the budget, or its index within the steps."""
+    if cfg.train.max_rollouts is not None:
+        scheduler.begin_step(c.rollouts_total, step_rollouts)
+    else:
+        scheduler.begin_step(c.step, 1)
+
+
+def recompute_old_logp(cfg: TrainConfig, model: Any, method: Any) -> bool:
+    """Whether the update recomputes old log-probs with the training forward (``train.recompute_old_logp``).
+
+    ``auto``: when the policy is not float32 (``generate``'s KV-cached bf16/fp16 logits differ from the training
+    forward, so the first epoch's ratio would not be 1), except for POISE, whose feature pass already recomputes
+    them with the training forward.
+    """
+    mode = cfg.train.recompute_old_logp
+    if mode != "auto":
+        return mode == "always"
+    return next(model.parameters()).dtype != torch.float32 and not isinstance(method, PoiseMethod)
 
 
 def _reference_model(cfg: TrainConfig, model: Any) -> Any:
     if cfg.loss.kl_coef <= 0:
         return None
-    import copy  # noqa: PLC0415
-
     ref = copy.deepcopy(model).eval()
     for p in ref.parameters():
         p.requires_grad_(False)
     return ref
 
 
-def _provider(cfg: TrainConfig, model: Any, tokenizer: Any) -> Any:
-    """The prior provider; the ``probe`` prior is bound to the live policy's hidden states."""
+def _provider(cfg: TrainConfig, model: Any, tokenizer: Any) -> tuple[Any, PolicyFeatureBackend | None]:
+    """The prior provider and, for the ``probe`` prior, the live policy's feature backend it is bound to."""
     if cfg.prior.name is None:
-        return None
-    from v05.priors import make_provider  # noqa: PLC0415
-
+        return None, None
     provider = make_provider(cfg.prior.name, **cfg.prior.options)
+    backend = None
     if hasattr(provider, "bind_policy"):
-        from v05.train.features import PolicyFeatureBackend  # noqa: PLC0415
+        backend = PolicyFeatureBackend(model=model, tokenizer=tokenizer, config=cfg.poise.features)
+        provider.bind_policy(backend)
+    return provider, backend
 
-        provider.bind_policy(PolicyFeatureBackend(model=model, tokenizer=tokenizer, config=cfg.poise.features))
-    return provider
+
+def _prior_texts(cfg: TrainConfig, provider: Any, pool: list, rendered: list[str]) -> list[str]:
+    """What the prior reads of each pool prompt (``prior.input``): the bare problem text, or the rendered prompt.
+
+    ``auto``: the problem text for text-embedding priors (V0 was trained on bare problems, not chat-wrapped prompts),
+    the rendered prompt for priors that read the policy (``probe``: the policy sees the rendered prompt).
+    """
+    mode = cfg.prior.input
+    if mode == "auto":
+        mode = "prompt" if getattr(provider, "needs_policy", False) else "question"
+    return list(rendered) if mode == "prompt" else [p.question for p in pool]
 
 
 def _queue(cfg: TrainConfig, n: int) -> Any:
-    from v05.train.prompts import PromptQueue  # noqa: PLC0415
-
     return PromptQueue(n=n, seed=cfg.seed, order=cfg.train.prompt_order)
 
 
@@ -374,8 +411,6 @@ def _progress(cfg: TrainConfig, c: Counters) -> Any:
     """A bar over the rollout budget (or the steps when there is none), showing step, train and last eval pass rate."""
     if not cfg.run.progress:
         return None
-    from tqdm.auto import tqdm  # noqa: PLC0415
-
     by_rollouts = cfg.train.max_rollouts is not None
     total = cfg.train.max_rollouts if by_rollouts else cfg.train.steps
     done = c.rollouts_total if by_rollouts else c.step

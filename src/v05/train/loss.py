@@ -123,6 +123,9 @@ class LossTerms:
     """() fraction of tokens with A < 0 capped at −A·c (verl's ``pg_clipfrac_lower``; 0 when the dual clip is off)."""
     ratio_mean: torch.Tensor
     """() token-mean of ρ = π/π_old."""
+    ratio_max_dev: torch.Tensor
+    """() max |ρ − 1| over the masked tokens (0 for an all-masked batch): 0 on fresh rollouts whose old log-probs
+    come from this forward; the bf16 check of the old log-probs reads it."""
     approx_kl_old: torch.Tensor
     """() k3 estimate of KL(π_old‖π): token-mean of ρ − 1 − log ρ."""
 
@@ -278,7 +281,8 @@ def policy_loss(
             clip_frac=_token_mean((loss_clipped > loss_unclipped).to(logp.dtype), keep),
             dual_clip_frac=_token_mean(dual_active.to(logp.dtype), keep),
             ratio_mean=_token_mean(ratio, keep),
-            approx_kl_old=_token_mean(ratio - 1 - log_ratio, keep),
+            ratio_max_dev=torch.where(keep, (ratio - 1).abs(), 0.0).amax() if keep.numel() else ratio.new_zeros(()),
+            approx_kl_old=_token_mean((ratio - 1 - log_ratio).clamp_min(0.0), keep),  # ≥ 0; rounding gave −1e-9
         )
 
 

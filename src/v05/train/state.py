@@ -22,6 +22,7 @@ class Counters:
     step: int = 0
     rollouts_total: int = 0
     tokens_total: int = 0
+    compute_total: int = 0
     prompts_total: int = 0
     wall_time: float = 0.0
     last_eval: float = float("nan")

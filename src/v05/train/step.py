@@ -6,15 +6,26 @@ to the library's registry, allocators, prior providers and loss; :mod:`v05.train
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import torch
 
+from v05.allocation import allocate
+from v05.engines.hf import Rollouts
+from v05.groups import group_index
+from v05.priors import group_outcomes
+from v05.registry import estimate, get_allocator, get_estimator
 from v05.rewards import from_pm1, to_pm1
+from v05.train.compute import ComputeMeter
 from v05.train.config import TrainConfig
+from v05.train.forward import prefix_rows, sequence_logprobs, shared_prefix_logprobs
+from v05.train.loss import loss_norm, overlong_shaping, policy_loss
+from v05.train.schedule import LRSchedule
 
 
 @dataclass
@@ -66,9 +77,6 @@ def run_allocation(
     sample: Callable[[np.ndarray, np.ndarray], np.ndarray],
 ) -> Any:
     """One step's allocation: the configured allocator's rounds over the candidate prompts (``allocate``)."""
-    from v05.allocation import allocate  # noqa: PLC0415
-    from v05.registry import get_allocator  # noqa: PLC0415
-
     allocator = get_allocator(cfg.allocator.name, batch_size=cfg.train.batch_size, **cfg.allocator.options)
     feed = cfg.prior.feed_n0 and n0 is not None
     return allocate(
@@ -88,13 +96,35 @@ def shape_rewards(cfg: TrainConfig, rewards: np.ndarray, rollouts: Any) -> np.nd
     """DAPO's soft overlong punishment added to the rewards, clipped to the reward range (when enabled)."""
     if not cfg.train.overlong.enabled or not len(rewards):
         return rewards
-    from v05.train.loss import overlong_shaping  # noqa: PLC0415
-
     o = cfg.train.overlong
     shaped = rewards + overlong_shaping(
         rollouts.lengths, max_len=cfg.generation.max_new_tokens, buffer=o.buffer, penalty=o.penalty
     )
     return np.clip(shaped, -1.0 if cfg.train.reward_range == "pm1" else 0.0, 1.0)
+
+
+def check_overlong_buffer(cfg: TrainConfig, task: Any, pool: list, tokenizer: Any) -> None:
+    """Refuse a DAPO overlong buffer that penalises correct answers: the penalty must start after the longest gold.
+
+    The penalty starts at L > max_new_tokens − buffer; a gold answer of L_gold tokens (EOS included) is then
+    penalised whenever L_gold exceeds that, so a correct rollout would lose reward for being correct.
+
+    Raises:
+        ValueError: max_new_tokens − buffer < the longest gold answer of the train pool (names both fixes).
+    """
+    o = cfg.train.overlong
+    if not o.enabled or not pool:
+        return
+    gold = tokenizer([task.sft_target(p) for p in pool], add_special_tokens=False)["input_ids"]
+    longest = max(len(ids) for ids in gold) + 1  # + EOS
+    start = cfg.generation.max_new_tokens - o.buffer
+    if start < longest:
+        raise ValueError(
+            f"train.overlong.buffer={o.buffer} penalises correct answers: the penalty starts after "
+            f"generation.max_new_tokens − buffer = {start} tokens, but the task's longest gold answer is {longest} "
+            f"tokens (EOS included); set train.overlong.buffer <= {cfg.generation.max_new_tokens - longest} or raise "
+            f"generation.max_new_tokens to >= {longest + o.buffer}"
+        )
 
 
 def estimate_advantages(
@@ -110,8 +140,6 @@ def estimate_advantages(
     state: Any,
 ) -> tuple[Any, Any]:
     """Advantages of the kept rollouts from the registered estimator; returns (estimate, its next state)."""
-    from v05.registry import estimate, get_estimator  # noqa: PLC0415
-
     spec = get_estimator(cfg.estimator.name)
     kw: dict[str, Any] = dict(cfg.estimator.options)
     if spec.stateful:
@@ -133,8 +161,6 @@ def update_prior(
     cfg: TrainConfig, provider: Any, alloc: Any, idx: np.ndarray, keys: np.ndarray, texts: list[str], step: int
 ) -> None:
     """Feed every sampled prompt's ±1 mean score and rollout count to the provider."""
-    from v05.priors import group_outcomes  # noqa: PLC0415
-
     mask = alloc.counts[alloc.prompt] > 0
     group, pool_index = _group_index(alloc.prompt[mask])
     scores, counts = group_outcomes(alloc.rewards[mask], group, reward_range=cfg.train.reward_range)
@@ -143,16 +169,12 @@ def update_prior(
 
 
 def _group_index(prompt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    from v05.groups import group_index  # noqa: PLC0415
-
     group, uniq = group_index(prompt)
     return group, uniq.astype(np.int64)
 
 
 def concat_rollouts(draws: list[Any], tokenizer: Any) -> Any:
     """The step's draws as one ``Rollouts`` (draw order, padded with the tokenizer's pad id)."""
-    from v05.engines.hf import Rollouts  # noqa: PLC0415
-
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     return Rollouts.concat(draws, pad_id=pad)
 
@@ -162,72 +184,109 @@ def update_policy(
     model: Any,
     reference: Any,
     optimizer: Any,
-    scheduler: Any,
-    rollouts: Any,
+    scheduler: LRSchedule,
+    rollouts: Rollouts,
     group: np.ndarray,
     advantages: Any,
     *,
+    compute: ComputeMeter,
+    recompute_old_logp: bool = False,
     value_terms: Callable[[np.ndarray, Any], Any] | None = None,
     value_optimizer: Any = None,
 ) -> dict[str, float]:
     """ppo_epochs optimizer steps over the kept rollouts, each accumulating micro-batch gradients.
+
+    The loss normaliser is global over the step's micro-batches (``loss_norm``), with ``seq-mean-token-sum-norm``'s
+    horizon the configured ``generation.max_new_tokens`` (verl divides by its padded response length, which is the
+    configured maximum), so the normaliser of Dr. GRPO is a constant, not the step's longest response. Before the
+    first epoch, ``recompute_old_logp`` replaces the engine's old log-probs by this very training forward under
+    ``no_grad`` (the same micro-batches, the same shared-prefix path), so the first epoch's ratio is 1 exactly.
 
     Args:
         cfg: the run's config.
         model: the policy.
         reference: the frozen reference model for the KL term, or None.
         optimizer: the policy's AdamW.
-        scheduler: its learning-rate schedule.
+        scheduler: its learning-rate schedule (``begin_step`` already called for this step).
         rollouts: (N) the kept rollouts (old log-probs included).
         group: (N,) group of each rollout (the shared-prefix forward runs each group's prompt once).
         advantages: (N,) per-rollout or (N, R) per-token advantages (a critic's GAE).
+        compute: the step's token-pass meter (policy forwards and backwards, recompute and reference passes).
+        recompute_old_logp: recompute the old log-probs with the training forward first (see above).
         value_terms: a value-head loss (rows, LossNorm) → scalar added to the policy's loss (PPO ``head`` mode).
         value_optimizer: steps the value head after each policy step (``head`` mode).
     """
-    import torch  # noqa: PLC0415
-
-    from v05.train.loss import loss_norm, policy_loss  # noqa: PLC0415
-
     n = len(rollouts)
     adv = torch.as_tensor(advantages, dtype=torch.float32)  # (N,) or (N, R)
     mb = cfg.train.micro_batch_size
     chunks = [np.arange(i, min(i + mb, n)) for i in range(0, n, mb)]
     parts = [MicroBatch.of(rollouts, ch, group, share=cfg.train.share_prompt_prefix) for ch in chunks]
-    norm = loss_norm([p.response_mask for p in parts])
+    norm = loss_norm([p.response_mask for p in parts], max_len=cfg.generation.max_new_tokens)
     temp = cfg.generation.temperature
-    stats: dict[str, list[float]] = {"loss": [], "pg_loss": [], "entropy": [], "clip_frac": [], "kl": [],
-                                     "approx_kl": [], "grad_norm": [], "ratio": []}  # fmt: skip
+    if recompute_old_logp:
+        parts = [p.with_old_logp(model, temp, compute) for p in parts]
+    stats: dict[str, list[float]] = {key: [] for key in STAT_KEYS}
     model.train()
-    for _ in range(cfg.train.ppo_epochs):
+    for epoch in range(cfg.train.ppo_epochs):
         optimizer.zero_grad(set_to_none=True)
         if value_optimizer is not None:
             value_optimizer.zero_grad(set_to_none=True)
         for ch, part in zip(chunks, parts, strict=True):
             logp, entropy = part.logprobs(model, temp, with_entropy=True)
+            compute.forward("policy", part.prompt_mask, part.response_mask, backward=True)
             ref_logp = None
             if reference is not None:
                 with torch.no_grad():
                     ref_logp, _ = part.logprobs(reference, temp, with_entropy=False)
+                compute.forward("reference", part.prompt_mask, part.response_mask)
             adv_ch = adv[ch] if adv.ndim == 1 else adv[ch][:, : part.response_ids.shape[1]]  # (n,) or (n, R')
-            terms = policy_loss(logp, part.old_logp, adv_ch, part.response_mask, config=cfg.loss, ref_logp=ref_logp,
-                                entropy=entropy, norm=norm)  # fmt: skip
+            dev = logp.device  # rollouts live on the CPU; the policy may not
+            terms = policy_loss(logp, part.old_logp.to(dev), adv_ch.to(dev), part.response_mask.to(dev),
+                                config=cfg.loss, ref_logp=ref_logp, entropy=entropy, norm=norm)  # fmt: skip
             total = terms.loss if value_terms is None else terms.loss + value_terms(ch, norm)
             total.backward()
-            w = len(ch) / n
-            for key, value in (("loss", terms.loss), ("pg_loss", terms.pg_loss), ("entropy", terms.entropy),
-                               ("clip_frac", terms.clip_frac), ("kl", terms.kl), ("approx_kl", terms.approx_kl_old),
-                               ("ratio", terms.ratio_mean)):  # fmt: skip
-                stats[key].append(float(value.detach()) * (1.0 if key == "loss" else w))
+            _record(stats, terms, int((part.response_mask != 0).sum()) / max(norm.n_tokens, 1))
         clip = cfg.optim.grad_clip if cfg.optim.grad_clip is not None else float("inf")
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-        stats["grad_norm"].append(float(grad_norm))
+        stats["grad_norm"].append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), clip)))
+        scheduler.apply(epoch, cfg.train.ppo_epochs)
         optimizer.step()
         scheduler.step()
         if value_optimizer is not None:
             value_optimizer.step()
-    epochs = cfg.train.ppo_epochs
-    out = {k: sum(v) / (epochs if k != "grad_norm" else len(v)) for k, v in stats.items() if v}
+        if epoch == 0:  # the first epoch's ratio and clipping: 1 and 0 when the old log-probs are this forward's
+            first = {k: v[:] for k, v in stats.items()}
+    out = _summarise(stats, cfg.train.ppo_epochs)
+    out |= {f"{k}_first_epoch": v for k, v in _summarise(first, 1).items()
+            if k in ("ratio", "clip_frac", "ratio_max_dev")}  # fmt: skip
     out["lr"] = float(scheduler.get_last_lr()[0])
+    return out
+
+
+STAT_KEYS = ("loss", "pg_loss", "entropy", "clip_frac", "kl", "approx_kl", "grad_norm", "ratio", "ratio_max_dev")
+"""The update's diagnostics: token-means per epoch (``loss`` summed over micro-batches, ``ratio_max_dev`` a max,
+``grad_norm`` per optimizer step), averaged over the PPO epochs."""
+
+
+def _record(stats: dict[str, list[float]], terms: Any, weight: float) -> None:
+    """Add one micro-batch's diagnostics; ``weight`` = its share of the step's response tokens.
+
+    The diagnostics are token-means over the micro-batch, so weighting them by tokens makes their sum the token-mean
+    of the whole batch, whatever ``micro_batch_size`` (weighting by rollouts did not).
+    """
+    for key, value in (("loss", terms.loss), ("pg_loss", terms.pg_loss), ("entropy", terms.entropy),
+                       ("clip_frac", terms.clip_frac), ("kl", terms.kl), ("approx_kl", terms.approx_kl_old),
+                       ("ratio", terms.ratio_mean)):  # fmt: skip
+        stats[key].append(float(value.detach()) * (1.0 if key == "loss" else weight))
+    stats["ratio_max_dev"].append(float(terms.ratio_max_dev))
+
+
+def _summarise(stats: dict[str, list[float]], epochs: int) -> dict[str, float]:
+    """Per-epoch sums averaged over ``epochs``; ``ratio_max_dev`` the max, ``grad_norm`` the mean per step."""
+    out = {k: sum(v) / epochs for k, v in stats.items() if v and k not in ("grad_norm", "ratio_max_dev")}
+    if stats["grad_norm"]:
+        out["grad_norm"] = sum(stats["grad_norm"]) / len(stats["grad_norm"])
+    if stats["ratio_max_dev"]:
+        out["ratio_max_dev"] = max(stats["ratio_max_dev"])
     return out
 
 
@@ -245,8 +304,6 @@ class MicroBatch:
     @classmethod
     def of(cls, rollouts: Any, ch: np.ndarray, group: np.ndarray, *, share: bool) -> MicroBatch:
         """Rollouts ``ch`` of ``rollouts`` (groups ``group[ch]``), trimmed; distinct prompts only with ``share``."""
-        from v05.train.forward import prefix_rows  # noqa: PLC0415
-
         ro = rollouts.select(ch)
         r_len = int(ro.response_mask.sum(1).max()) if len(ro) else 0
         rows = None
@@ -259,10 +316,25 @@ class MicroBatch:
         return cls(p_ids[:, start:], p_mask[:, start:], ro.response_ids[:, :r_len], ro.response_mask[:, :r_len],
                    ro.old_logp[:, :r_len], rows)  # fmt: skip
 
+    def with_old_logp(self, model: Any, temperature: float, compute: ComputeMeter) -> MicroBatch:
+        """This micro-batch with ``old_logp`` recomputed by :meth:`logprobs` under ``no_grad`` in train mode.
+
+        The same forward, on the same rows, as the first epoch's: its ratio is then 1 exactly, whatever the dtype
+        (in bf16, ``generate``'s KV-cached logits differ from a full forward by ~1e-2 per token, so without this the
+        first epoch's ratio is not 1 and clipping fires spuriously; verl recomputes them for the same reason).
+        """
+        was_training = model.training
+        model.train()  # the mode of the update's forward
+        try:
+            with torch.no_grad():
+                logp, _ = self.logprobs(model, temperature, with_entropy=False)
+        finally:
+            model.train(was_training)
+        compute.forward("recompute", self.prompt_mask, self.response_mask)
+        return dataclasses.replace(self, old_logp=logp.detach().float().cpu())
+
     def logprobs(self, model: Any, temperature: float, *, with_entropy: bool) -> tuple[Any, Any]:
         """(N, R) log-probs (and entropies) of the responses under ``model``."""
-        from v05.train.forward import sequence_logprobs, shared_prefix_logprobs  # noqa: PLC0415
-
         if self.rows is None:
             return sequence_logprobs(model, self.prompt_ids, self.prompt_mask, self.response_ids, self.response_mask,
                                      temperature=temperature, with_entropy=with_entropy)  # fmt: skip
@@ -273,6 +345,7 @@ class MicroBatch:
 __all__ = [
     "MicroBatch",
     "Sampler",
+    "check_overlong_buffer",
     "concat_rollouts",
     "estimate_advantages",
     "predict_prior",

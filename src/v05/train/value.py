@@ -23,8 +23,18 @@ import dataclasses
 from typing import Any
 
 import numpy as np
+import torch
 
+from v05.estimators import Estimate, cross_rollout_targets
+from v05.groups import segment_mean
+from v05.registry import estimate
+from v05.rewards import from_pm1, to_pass_rate
+from v05.train.compute import ComputeMeter
 from v05.train.config import TrainConfig
+from v05.train.critic import Critic, gae, outcome_token_rewards, value_loss, whiten
+from v05.train.features import recompute_pass
+from v05.train.loss import loss_norm
+from v05.value.probe import GroupBuffer, PoiseProbe
 
 TRAINER_ESTIMATORS = ("gae",)
 """Estimators that exist only inside the trainer (token-level, need a critic); the rest are in v05.registry."""
@@ -34,8 +44,6 @@ class PoiseMethod:
     """POISE in the loop: the probe, its buffer of whole groups, and the bootstrap (see the module docstring)."""
 
     def __init__(self, cfg: TrainConfig) -> None:
-        from v05.value.probe import GroupBuffer, PoiseProbe  # noqa: PLC0415
-
         p = cfg.poise
         self.config = p
         self.probe = PoiseProbe(pca_prompt=p.pca_prompt, pca_response=p.pca_response, alpha=p.alpha, seed=p.seed,
@@ -44,7 +52,7 @@ class PoiseMethod:
 
     def estimate(
         self, cfg: TrainConfig, step: int, model: Any, tokenizer: Any, rollouts: Any, rewards: np.ndarray,
-        group: np.ndarray, keys: np.ndarray,
+        group: np.ndarray, keys: np.ndarray, compute: ComputeMeter,
     ) -> tuple[Any, Any, np.ndarray | None, dict[str, float]]:  # fmt: skip
         """Advantages of the kept rollouts, the rollouts with recomputed old log-probs, the per-group value, metrics.
 
@@ -57,18 +65,14 @@ class PoiseMethod:
             rewards: (N,) rewards on the run's scale.
             group: (N,) group ids in [0, G).
             keys: (G,) stable prompt keys of the groups (the buffer evicts whole groups).
+            compute: the step's token-pass meter (the feature pass is a no-grad policy forward).
         """
-        from v05.estimators import cross_rollout_targets  # noqa: PLC0415
-        from v05.groups import segment_mean  # noqa: PLC0415
-        from v05.registry import estimate  # noqa: PLC0415
-        from v05.rewards import from_pm1, to_pass_rate  # noqa: PLC0415
-        from v05.train.features import recompute_pass  # noqa: PLC0415
-
         rr = cfg.train.reward_range
         old_logp, feats = recompute_pass(model, rollouts, group=group if cfg.train.share_prompt_prefix else None,
                                          config=self.config.features, temperature=cfg.generation.temperature,
                                          tokenizer=tokenizer, batch_size=cfg.train.micro_batch_size)  # fmt: skip
         rollouts = dataclasses.replace(rollouts, old_logp=old_logp.detach().float().cpu())
+        _count_pass(compute, "recompute", rollouts, group if cfg.train.share_prompt_prefix else None)
         options = dict(cfg.estimator.options)
         value_g = None
         bootstrap = step <= self.config.bootstrap_steps or not self.probe.fitted_
@@ -99,8 +103,6 @@ class CriticMethod:
     """PPO's critic in the loop: values before the update, GAE advantages, the value update (module docstring)."""
 
     def __init__(self, cfg: TrainConfig, model: Any) -> None:
-        from v05.train.critic import Critic  # noqa: PLC0415
-
         self.config = cfg.critic
         self.critic = Critic.build(model, cfg.critic)
 
@@ -113,20 +115,13 @@ class CriticMethod:
         return self.critic.values(ro.prompt_ids, ro.prompt_mask, ro.response_ids, ro.response_mask)
 
     def estimate(
-        self, cfg: TrainConfig, rollouts: Any, rewards: np.ndarray, group: np.ndarray
+        self, cfg: TrainConfig, rollouts: Any, rewards: np.ndarray, group: np.ndarray, compute: ComputeMeter
     ) -> tuple[Any, Any, np.ndarray, dict[str, Any]]:
         """Per-token advantages (N, R), a per-rollout summary estimate, per-group values, the value targets.
 
         The advantages are whitened over the response tokens when ``critic.whiten``; the targets are what the value
-        update needs (``returns``, ``old_values``).
+        update needs (``returns``, ``old_values``); the critic's no-grad value pass is counted in ``compute``.
         """
-        import torch  # noqa: PLC0415
-
-        from v05.estimators import Estimate  # noqa: PLC0415
-        from v05.groups import segment_mean  # noqa: PLC0415
-        from v05.rewards import to_pass_rate  # noqa: PLC0415
-        from v05.train.critic import gae, outcome_token_rewards, whiten  # noqa: PLC0415
-
         mask = rollouts.response_mask.float()  # (N, R)
         self.critic.train(False)
         with torch.no_grad():
@@ -134,6 +129,7 @@ class CriticMethod:
                 [self._values(cfg, rollouts, ch).float().cpu() for ch in self._chunks(cfg, len(rollouts))]
             )  # fmt: skip  (N, R)
         self.critic.train(True)
+        compute.forward("critic", rollouts.prompt_mask, rollouts.response_mask)
         token_rewards = outcome_token_rewards(torch.as_tensor(rewards, dtype=torch.float32), mask)  # (N, R)
         adv, returns = gae(token_rewards, old_values, mask, gamma=self.config.gamma, lam=self.config.lam)
         if self.config.whiten and int(mask.sum()) >= 2:
@@ -144,18 +140,15 @@ class CriticMethod:
         value_g = segment_mean(np.clip(to_pass_rate(v_first, cfg.train.reward_range), 0.0, 1.0), group)
         return adv, est, value_g, {"returns": returns, "old_values": old_values}
 
-    def update(self, cfg: TrainConfig, rollouts: Any, targets: dict[str, Any]) -> dict[str, float]:
+    def update(
+        self, cfg: TrainConfig, rollouts: Any, targets: dict[str, Any], compute: ComputeMeter
+    ) -> dict[str, float]:
         """Train a separate critic on the returns (clipped value loss, its own AdamW; ppo_epochs passes)."""
-        import torch  # noqa: PLC0415
-
-        from v05.train.critic import value_loss  # noqa: PLC0415
-        from v05.train.loss import loss_norm  # noqa: PLC0415
-
         if self.config.mode != "separate":
             return {}
         chunks = self._chunks(cfg, len(rollouts))
         masks = [rollouts.response_mask[ch] for ch in chunks]
-        norm = loss_norm(masks)
+        norm = loss_norm(masks, max_len=cfg.generation.max_new_tokens)
         losses, clips, norms = [], [], []
         for _ in range(cfg.train.ppo_epochs):
             self.critic.optimizer.zero_grad(set_to_none=True)
@@ -164,6 +157,7 @@ class CriticMethod:
                 loss, clip = value_loss(v, targets["old_values"][ch], targets["returns"][ch], mask,
                                         clip_range=self.config.clip_range, agg=cfg.loss.agg, norm=norm)  # fmt: skip
                 loss.backward()
+                compute.forward("critic", rollouts.prompt_mask[ch], mask, backward=True)
                 losses.append(float(loss.detach()))
                 clips.append(float(clip) * len(ch) / len(rollouts))
             gn = torch.nn.utils.clip_grad_norm_(list(self.critic.parameters()), cfg.optim.grad_clip or float("inf"))
@@ -173,18 +167,18 @@ class CriticMethod:
         return {"critic/loss": sum(losses) / epochs, "critic/clip_frac": sum(clips) / epochs,
                 "critic/grad_norm": float(np.mean(norms))}  # fmt: skip
 
-    def head_terms(self, cfg: TrainConfig, rollouts: Any, targets: dict[str, Any]) -> Any:
+    def head_terms(self, cfg: TrainConfig, rollouts: Any, targets: dict[str, Any], compute: ComputeMeter) -> Any:
         """For ``head`` mode: (micro-batch rows, LossNorm) → vf_coef · value loss, added to the policy's loss.
 
-        The shared trunk learns from it through the policy optimizer; None in ``separate`` mode.
+        The shared trunk learns from it through the policy optimizer (its own trunk forward + backward is counted in
+        ``compute``); None in ``separate`` mode.
         """
-        from v05.train.critic import value_loss  # noqa: PLC0415
-
         if self.config.mode != "head":
             return None
 
         def terms(ch: np.ndarray, norm: Any) -> Any:
             v = self._values(cfg, rollouts, ch)
+            compute.forward("critic", rollouts.prompt_mask[ch], rollouts.response_mask[ch], backward=True)
             loss, _ = value_loss(v, targets["old_values"][ch], targets["returns"][ch], rollouts.response_mask[ch],
                                  clip_range=self.config.clip_range, agg=cfg.loss.agg, norm=norm)  # fmt: skip
             return self.config.vf_coef * loss
@@ -198,6 +192,15 @@ class CriticMethod:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`."""
         self.critic.load_state_dict(state)
+
+
+def _count_pass(compute: ComputeMeter, part: str, rollouts: Any, group: np.ndarray | None) -> None:
+    """Count a no-grad policy pass over ``rollouts``; with ``group`` each group's prompt runs once (shared prefix)."""
+    if group is None:
+        compute.forward(part, rollouts.prompt_mask, rollouts.response_mask)
+        return
+    _, first = np.unique(np.asarray(group), return_index=True)
+    compute.forward(part, rollouts.prompt_mask[torch.as_tensor(first)], rollouts.response_mask)
 
 
 def make_value_method(cfg: TrainConfig, model: Any) -> PoiseMethod | CriticMethod | None:

@@ -1,8 +1,14 @@
 """The SFT warm start: train the policy to a mid-range sampled pass rate once, cache it, load it every time after.
 
-The cache key is a hash of everything that determines the warm start (policy, task, template, SFT settings, the
-warm-up's example count and eval size), so every run of a comparison starts from bit-identical weights and a second
-``make demo`` skips the warm-up. A warm start is written to a temporary folder and renamed into place.
+The SFT stops on the sampled pass rate of the task's *validation* split (``Task.validation_prompts``), which is
+disjoint from the training pool and from the eval split: stopping on the eval split would select the warm start on
+the numbers the runs are then judged by. With ``warmup.per_seed`` (default) each run seed gets its own warm start —
+the tiny policy's initialisation and the SFT batch order are offset by the seed — so a spread over seeds includes
+the warm start's; every method of one seed still starts from bit-identical weights (paired comparisons).
+
+The cache key is a hash of everything that determines the warm start (policy and its seed, task, template, SFT
+settings and seed, the warm-up's example count and validation size), so a second ``make demo`` skips the warm-up.
+A warm start is written to a temporary folder and renamed into place.
 """
 
 from __future__ import annotations
@@ -17,7 +23,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from v05.tasks import Prompt, Task, render_prompt
+from v05.engines.hf import HFEngine
+from v05.tasks import Prompt, Task, make_task, render_prompt
+from v05.tasks.arithmetic import ArithmeticTask, make_sft_examples
+from v05.train.policy import load_policy, save_policy
+from v05.train.sft import sft_warmup
 
 logger = logging.getLogger(__name__)
 
@@ -25,8 +35,18 @@ CACHE_ENV = "V05_WARM_START_DIR"
 """Environment variable that overrides the warm-start cache folder (default ``~/.cache/v05/warm_start``)."""
 
 
+def warm_start_config(cfg: Any) -> Any:
+    """``cfg`` with the seeds its warm start is trained with: offset by ``seed`` when ``warmup.per_seed``."""
+    if not cfg.warmup.per_seed or cfg.seed == 0:
+        return cfg
+    policy = dataclasses.replace(cfg.policy, seed=cfg.policy.seed + cfg.seed)
+    sft = dataclasses.replace(cfg.warmup.sft, seed=cfg.warmup.sft.seed + cfg.seed)
+    return dataclasses.replace(cfg, policy=policy, warmup=dataclasses.replace(cfg.warmup, sft=sft))
+
+
 def warm_start_dir(cfg: Any) -> Path:
     """The cache folder of the warm start ``cfg`` (a :class:`~v05.train.config.TrainConfig`) asks for."""
+    cfg = warm_start_config(cfg)
     w = cfg.warmup
     root = Path(w.cache_dir or os.environ.get(CACHE_ENV) or "~/.cache/v05/warm_start")
     key = {
@@ -36,7 +56,8 @@ def warm_start_dir(cfg: Any) -> Path:
         "n_examples": w.n_examples,
         "eval_size": w.eval_size,
         "max_new_tokens": cfg.generation.max_new_tokens,
-        "version": 1,
+        "selection": "validation",
+        "version": 2,
     }
     digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
     return root.expanduser() / digest
@@ -44,8 +65,6 @@ def warm_start_dir(cfg: Any) -> Path:
 
 def sft_examples(task: Task, n: int, seed: int) -> list[Prompt]:
     """Prompts for the warm-up: fresh generator draws for the arithmetic task, else the train pool (cycled)."""
-    from v05.tasks.arithmetic import ArithmeticTask, make_sft_examples  # noqa: PLC0415
-
     if isinstance(task, ArithmeticTask):
         return make_sft_examples(task, n, seed)
     pool = list(task.train_prompts())
@@ -57,28 +76,30 @@ def ensure_warm_start(cfg: Any, *, progress: bool = True) -> Path:
 
     Returns:
         A folder that ``load_policy(PolicyConfig(name_or_path=...))`` reads (``save_pretrained`` layout) and an
-        ``sft.json`` with the warm-up's result.
+        ``sft.json`` with the warm-up's result (``split: "validation"``, its size and the seeds used).
+
+    Raises:
+        ValueError: the task has no validation split to stop on (e.g. ``math_file`` with ``val_fraction=0``).
     """
-    import torch  # noqa: PLC0415
-
-    from v05.engines.hf import HFEngine  # noqa: PLC0415
-    from v05.tasks import make_task  # noqa: PLC0415
-    from v05.train.policy import load_policy, save_policy  # noqa: PLC0415
-    from v05.train.sft import sft_warmup  # noqa: PLC0415
-
     target = warm_start_dir(cfg)
     if (target / "sft.json").is_file():
         logger.info("warm start: cached at %s", target)
         return target
+    cfg = warm_start_config(cfg)
     task = make_task(cfg.task.name, **cfg.task.options)
+    held_out = list(task.validation_prompts())[: cfg.warmup.eval_size]
+    if not held_out:
+        raise ValueError(
+            f"the warm start stops on the task's validation split, but task {cfg.task.name!r} has none: give it one "
+            "(arithmetic n_val, reasoning_gym size_val, math_file val_fraction > 0) or set warmup.enabled=false"
+        )
     model, tokenizer = load_policy(cfg.policy)
     examples = sft_examples(task, cfg.warmup.n_examples, cfg.warmup.sft.seed + 1)
     pairs = [(_render(cfg, task, p, tokenizer), task.sft_target(p)) for p in examples]
-    held_out = list(task.eval_prompts())[: cfg.warmup.eval_size]
     held_text = [_render(cfg, task, p, tokenizer) for p in held_out]
     gen = dataclasses.replace(cfg.generation, temperature=1.0)
 
-    def evaluate(m: torch.nn.Module) -> float:
+    def evaluate(m: Any) -> float:
         rollouts = HFEngine(m, tokenizer, gen, seed=cfg.eval.seed).generate(held_text, [1] * len(held_text))
         return float(task.score(held_out, list(rollouts.texts)).rewards.mean())
 
@@ -88,7 +109,9 @@ def ensure_warm_start(cfg: Any, *, progress: bool = True) -> Path:
     if tmp.exists():
         shutil.rmtree(tmp)
     save_policy(model, tokenizer, tmp)
-    (tmp / "sft.json").write_text(json.dumps(dataclasses.asdict(result) | {"examples": len(pairs)}), encoding="utf-8")
+    info = {"examples": len(pairs), "split": "validation", "validation_size": len(held_out),
+            "policy_seed": cfg.policy.seed, "sft_seed": cfg.warmup.sft.seed}  # fmt: skip
+    (tmp / "sft.json").write_text(json.dumps(dataclasses.asdict(result) | info), encoding="utf-8")
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
         os.replace(tmp, target)
@@ -108,4 +131,4 @@ def render_all(cfg: Any, task: Task, prompts: Sequence[Prompt], tokenizer: objec
     return [_render(cfg, task, p, tokenizer) for p in prompts]
 
 
-__all__ = ["ensure_warm_start", "render_all", "sft_examples", "warm_start_dir"]
+__all__ = ["ensure_warm_start", "render_all", "sft_examples", "warm_start_config", "warm_start_dir"]

@@ -27,12 +27,26 @@ from v05._types import FloatArray
 from v05.priors.heads import HeadOutput
 
 
+def _contiguous(obj: object, *names: str) -> None:
+    """Store the named array fields of a frozen dataclass as C-contiguous float64.
+
+    sklearn's ``PCA.components_`` is a strided view; a JSON round trip gives a C-contiguous copy, and the matmul
+    then takes another BLAS path (predictions differ in the last bit), so a resumed run would drift. One layout
+    for fitted and restored parameters keeps the round trip bit-exact.
+    """
+    for name in names:
+        object.__setattr__(obj, name, np.ascontiguousarray(getattr(obj, name), dtype=np.float64))
+
+
 @dataclass(frozen=True, slots=True)
 class _Projection:
-    """A fitted PCA: x ↦ (x − mean) componentsᵀ; mean (H,), components (k, H)."""
+    """A fitted PCA: x ↦ (x − mean) componentsᵀ; mean (H,), components (k, H), both C-contiguous float64."""
 
     mean: FloatArray
     components: FloatArray
+
+    def __post_init__(self) -> None:
+        _contiguous(self, "mean", "components")
 
     def __call__(self, x: FloatArray) -> FloatArray:
         return (x - self.mean) @ self.components.T  # (R, k)
@@ -40,12 +54,15 @@ class _Projection:
 
 @dataclass(frozen=True, slots=True)
 class _Linear:
-    """A standardised ridge: z ↦ ((z − mean)/scale)·coef + intercept; mean, scale, coef (F,)."""
+    """A standardised ridge: z ↦ ((z − mean)/scale)·coef + intercept; mean, scale, coef (F,), C-contiguous float64."""
 
     mean: FloatArray
     scale: FloatArray
     coef: FloatArray
     intercept: float
+
+    def __post_init__(self) -> None:
+        _contiguous(self, "mean", "scale", "coef")
 
     def __call__(self, z: FloatArray) -> FloatArray:
         return ((z - self.mean) / self.scale) @ self.coef + self.intercept  # (R,)
