@@ -22,6 +22,8 @@ def test_bench_efficiency_contract(tmp_path, tiny_overrides, capsys):
     assert res["target_pass_rate"] == res["final_eval_pass_rate"][res["reference"]]
     assert {"v05", "v05_eb"} <= set(res["rollout_ratio"]) and set(res["compute_ratio"]) == set(res["rollout_ratio"])
     assert all(r is None or r > 0 for r in (*res["rollout_ratio"].values(), *res["compute_ratio"].values()))
+    assert all((res["compute_ratio"][n] is None) == (r is None) for n, r in res["rollout_ratio"].items())
+    assert res["reference_compute_to_target"] >= res["reference_rollouts_to_target"] >= 0  # ≥ 1 token-pass a rollout
     assert res["paired_diff"][res["reference"]] == {"mean": 0.0, "se": 0.0, "n": 2}
     assert res["paired_diff"]["v05"]["n"] == 2 and res["compute_per_rollout"]["v05"] > 0
     assert set(res["per_seed_curves"]["v05"]) == {"0", "1"}

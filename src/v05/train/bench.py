@@ -110,8 +110,9 @@ def bench_efficiency(out: Path, *, seeds: tuple[int, ...] = (0, 1, 2), extra: tu
                      overrides: tuple[str, ...] = ()) -> dict[str, Any]:  # fmt: skip
     """Train the efficiency configs × seeds at one budget (reusing finished runs); ratios in rollouts and in compute.
 
-    Per method: the rollouts and the token-passes (``compute_total``) its seed-mean eval curve needs to reach the
-    better GRPO's final seed-mean eval pass rate, each as a ratio to that GRPO's (None: never reached), and the
+    Per method: the rollouts its seed-mean eval curve needs to reach the better GRPO's final seed-mean eval pass
+    rate, and the token-passes (``compute_total``) its seeds had spent after that many rollouts, each as a ratio to
+    that GRPO's (None: never reached), and the
     paired difference to it — each seed's curve minus the reference's same-seed curve on a common rollout grid,
     averaged over the grid, then mean ± SE over seeds (runs of one seed share the warm start and the prompt order).
     """
@@ -125,19 +126,19 @@ def bench_efficiency(out: Path, *, seeds: tuple[int, ...] = (0, 1, 2), extra: tu
     reference = max(("grpo4", "grpo16"), key=lambda n: finals[n])
     target = finals[reference]
 
-    def ratios(by: dict[str, Any]) -> tuple[float | None, dict[str, float | None]]:
-        ref = _first_reach(by[reference], target)
-        out_: dict[str, float | None] = {}
-        for name in groups:
-            if name in ("grpo4", "grpo16"):
-                continue
-            r = _first_reach(by[name], target)
-            # undefined when the method never reaches the target, or the reference never improved on its start
-            out_[name] = None if r is None or not ref else r / ref
-        return ref, out_
+    reach = {name: _first_reach(curves[name], target) for name in groups}  # rollouts at the crossing
+    # the same crossing in token-passes: each seed's compute after that many rollouts, averaged (the seeds' compute
+    # curves end at different x, so a seed-mean curve over compute would be cut at the shortest seed's end)
+    reach_c = {name: None if r is None else _compute_at(groups[name], r) for name, r in reach.items()}
+    ref_rollouts, ref_compute = reach[reference], reach_c[reference]
 
-    ref_rollouts, rollout_ratio = ratios(curves)
-    ref_compute, compute_ratio = ratios(compute_curves)
+    def ratio(value: float | None, ref: float | None) -> float | None:
+        # undefined when the method never reaches the target, or the reference never improved on its start
+        return None if value is None or not ref else value / ref
+
+    others = [name for name in groups if name not in ("grpo4", "grpo16")]
+    rollout_ratio = {name: ratio(reach[name], ref_rollouts) for name in others}
+    compute_ratio = {name: ratio(reach_c[name], ref_compute) for name in others}
     per_seed = {
         name: {str(run.seed): [[float(x), float(y)] for x, y in zip(*run.series_vs(ROLLOUTS_KEY, "eval_pass_rate"),
                                                                      strict=True)] for run in group}
@@ -184,6 +185,11 @@ def _first_reach(curve: Any, target: float) -> float | None:
         return float(curve.x[0])
     x0, x1, y0, y1 = curve.x[i - 1], curve.x[i], curve.mean[i - 1], curve.mean[i]
     return float(x0 + (target - y0) * (x1 - x0) / (y1 - y0))
+
+
+def _compute_at(runs: list[Any], rollouts: float) -> float:
+    """Token-passes after ``rollouts`` rollouts: each seed's (rollouts_total, compute_total) interpolated, averaged."""
+    return float(np.mean([np.interp(rollouts, *r.series_vs(ROLLOUTS_KEY, COMPUTE_KEY)) for r in runs]))
 
 
 def _mean_of(runs: list[Any], key: str) -> float:
