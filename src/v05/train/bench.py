@@ -31,6 +31,9 @@ EFFICIENCY_CONFIGS = ("demo-grpo4", "demo-grpo16", "demo-v05", "demo-v05-eb")
 """The methods the efficiency ratio is defined on (``rollout_ratio`` has ``v05`` and ``v05_eb``)."""
 
 
+VALUE_KEYS = ("value/mae", "value/corr", "value/auc", "prior/auc", "prior/n0", "prior/tau2")
+"""Value-estimate quality per method (mean over each seed's steps, then over seeds) in ``v05 bench efficiency``."""
+
 WARMUP_STEPS = 2
 """Steps left out of the timing (first fits, allocator caches): the benchmark measures the steady state."""
 
@@ -155,6 +158,10 @@ def bench_efficiency(out: Path, *, seeds: tuple[int, ...] = (0, 1, 2), extra: tu
         "final_eval_pass_rate": finals,
         "final_eval_se": {name: float(c.se[-1]) for name, c in curves.items()},
         "rollouts_per_prompt": {name: _mean_of(group, "rollouts_per_prompt") for name, group in groups.items()},
+        "value_quality": {
+            name: {key: _mean_of(group, key) for key in VALUE_KEYS if all(r.has(key) for r in group)}
+            for name, group in groups.items()
+        },
         "compute_per_rollout": {
             name: float(np.mean([r.last(COMPUTE_KEY) / r.last(ROLLOUTS_KEY) for r in group]))
             for name, group in groups.items()
