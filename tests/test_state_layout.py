@@ -19,6 +19,7 @@ from v05.allocation import allocate
 from v05.estimators.probe import cross_rollout_targets
 from v05.priors import make_provider
 from v05.registry import estimate, get_allocator
+from v05.train.state import state_from_json, state_to_json
 from v05.value.probe import GroupBuffer, PoiseProbe
 
 
@@ -63,6 +64,19 @@ def assert_same_layout(live: object, restored: object) -> None:
 
 def json_round_trip(state: object) -> object:
     return json.loads(json.dumps(state))
+
+
+def continue_after_round_trip(step, n_steps: int = 4):
+    """Run ``step(t, state)`` n_steps times, round-trip the state through the trainer's JSON, check its layout, and
+    return the next step's result from the live and from the restored state (their states' layout checked too)."""
+    state = None
+    for t in range(n_steps):
+        state = step(t, state).state
+    restored = state_from_json(json_round_trip(state_to_json(state)))
+    assert_same_layout(state, restored)
+    a, b = step(n_steps, state), step(n_steps, restored)
+    assert_same_layout(a.state, b.state)
+    return a, b
 
 
 def _probe_data(rng: np.random.Generator, n_groups: int, k: int = 2) -> tuple[np.ndarray, ...]:
@@ -119,11 +133,7 @@ def _steps(rng: np.random.Generator, n_steps: int, n_keys: int = 30, k: int = 4)
 def test_estimator_states_keep_their_layout_through_json(name, options):
     """DBB's Beta history and ``v05_eb``'s prior-error window: after 4 steps the JSON round trip gives the same
     arrays (layout included), and the next step's advantages and state are identical from either."""
-    from v05.train.state import state_from_json, state_to_json
-
-    rng = np.random.default_rng(7)
-    state = None
-    steps = list(_steps(rng, 5))
+    steps = list(_steps(np.random.default_rng(7), 5))
 
     def step(t, st):
         keys, rewards, group, prior = steps[t]
@@ -136,21 +146,14 @@ def test_estimator_states_keep_their_layout_through_json(name, options):
             kw["prior"] = prior
         return estimate(name, rewards, group, **kw)
 
-    for t in range(4):
-        state = step(t, state).state
-    restored = state_from_json(json_round_trip(state_to_json(state)))
-    assert_same_layout(state, restored)
-    a, b = step(4, state), step(4, restored)
+    a, b = continue_after_round_trip(step)
     np.testing.assert_array_equal(a.advantages, b.advantages)
-    assert_same_layout(a.state, b.state)
 
 
 @pytest.mark.parametrize("name", ["dps", "sara"])
 def test_allocator_states_keep_their_layout_through_json(name):
     """DPS's HMM state and SARA's Beta history after 4 steps: the JSON round trip gives the same arrays (layout
     included), and the next step selects the same prompts and leaves the same state."""
-    from v05.train.state import state_from_json, state_to_json
-
     options = {"k": 4} if name == "dps" else {"group_size": 4}
     allocator = get_allocator(name, batch_size=8, **options)
     truth = np.random.default_rng(8).random(32)
@@ -164,14 +167,8 @@ def test_allocator_states_keep_their_layout_through_json(name):
 
         return allocate(allocator, sample, n_prompts=32, rng=np.random.default_rng([t, 2]), keys=keys, state=st)
 
-    state = None
-    for t in range(4):
-        state = step(t, state).state
-    restored = state_from_json(json_round_trip(state_to_json(state)))
-    assert_same_layout(state, restored)
-    a, b = step(4, state), step(4, restored)
+    a, b = continue_after_round_trip(step)
     np.testing.assert_array_equal(a.counts, b.counts)
-    assert_same_layout(a.state, b.state)
 
 
 PROVIDERS = [("running_mean", {}), ("history", {}), ("v0", {"backend": "tfidf"}), ("combined", {"backend": "tfidf"})]

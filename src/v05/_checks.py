@@ -56,6 +56,14 @@ def as_index_1d(x: object, name: str, *, allow_empty: bool = False) -> IntArray:
     return out
 
 
+def reward_range_text(value: object) -> object:
+    """A reward range as written in YAML: ``01`` is read as the integer 1 by YAML and Hydra/OmegaConf dotlists.
+
+    Returns ``"01"`` for the integer 1 and any other value unchanged (the range check then accepts or refuses it).
+    """
+    return "01" if isinstance(value, int) and not isinstance(value, bool) and value == 1 else value
+
+
 def check_reward_range(reward_range: str) -> tuple[float, float]:
     """Return ``(lo, hi)`` for a declared reward range; unknown names list the valid ones."""
     if reward_range not in REWARD_RANGES:

@@ -107,6 +107,8 @@ def test_options_change_the_pool():
         ({"mix": (-1, 1, 1)}, "mix"),
         ({"n_train": 0}, "n_train"),
         ({"n_eval": -1}, "n_eval"),
+        ({"n_val": -1}, "n_val"),
+        ({"n_train": 50, "n_eval": 30, "n_val": 21, "mix": (1, 0, 0), "max_digits": 1}, "n_val"),  # 100 questions
         ({"max_digits": 0}, "max_digits"),
         ({"n_train": 2.5}, "n_train"),
         ({"verify_timeout_s": 0}, "verify_timeout_s"),

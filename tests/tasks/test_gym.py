@@ -88,6 +88,8 @@ def test_unknown_dataset_and_bad_config_raise():
         GymTask("chain_sum", config={"min_terms": 5, "max_terms": 2})
     with pytest.raises(ValueError, match="size_train"):
         GymTask("chain_sum", size_train=0)
+    with pytest.raises(ValueError, match="size_val"):
+        GymTask("chain_sum", size_val=-1)
 
 
 def test_prompts_from_elsewhere_are_rejected(chain_sum):

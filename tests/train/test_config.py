@@ -69,6 +69,10 @@ def test_quick_shrinks_any_config():
         (["task.name=chess"], "task.name"),
         (["loss.agg=sum"], "loss.agg"),
         (["optim.lr=-1"], "optim.lr"),
+        (["train.recompute_old_logp=sometimes"], "train.recompute_old_logp"),
+        (["prior.input=html"], "prior.input"),
+        (["warmup.per_seed=maybe"], "warmup.per_seed"),
+        (["train.reward_range=2"], "train.reward_range"),
         (["steps"], "key=value"),
     ],
 )

@@ -61,7 +61,7 @@ from omegaconf import DictConfig, OmegaConf
 from packaging.version import InvalidVersion, Version
 from verl.trainer.ppo import core_algos
 
-from v05._checks import REWARD_RANGES, RewardRange
+from v05._checks import REWARD_RANGES, RewardRange, reward_range_text
 from v05._types import FloatArray, IntArray
 from v05.estimators import Estimate
 from v05.groups import group_index
@@ -181,8 +181,8 @@ class VerlConfig:
         unknown = sorted(set(raw) - set(valid))  # type: ignore[arg-type]
         if unknown:
             raise ValueError(f"unknown key(s) algorithm.v05.{', '.join(unknown)}; valid: {', '.join(valid)}")
-        if raw.get("reward_range") == 1 and not isinstance(raw["reward_range"], bool):  # Hydra reads ``01`` as 1
-            raw["reward_range"] = "01"
+        if "reward_range" in raw:  # Hydra reads ``01`` as the integer 1
+            raw["reward_range"] = reward_range_text(raw["reward_range"])
         return cls(**raw)  # type: ignore[arg-type]
 
 

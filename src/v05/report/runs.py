@@ -297,8 +297,12 @@ class Reach:
     """Each seed's value (None: never reached), in group order."""
 
 
-def _reach_one(run: Run, target: float, x_key: str = ROLLOUTS_KEY) -> float | None:
-    x, y = run.series_vs(x_key, EVAL_KEY)
+def first_crossing(x: FloatArray, y: FloatArray, target: float) -> float | None:
+    """The x at which the curve y(x), linear between its points, first reaches ``target`` (None: never).
+
+    With y = 0.2 at x = 100 and 0.4 at 200, a target of 0.3 is reached at 150; a target met at the first point
+    gives that point's x.
+    """
     hit = np.flatnonzero(y >= target)
     if hit.size == 0:
         return None
@@ -343,6 +347,15 @@ def rollouts_to_reach(
     reached = [v for v in per_seed if v is not None]
     mean, se = mean_se(reached)
     return Reach(mean=mean, se=se, n_reached=len(reached), n_seeds=len(per_seed), per_seed=per_seed)
+
+
+def _reach_one(run: Run, target: float, x_key: str = ROLLOUTS_KEY) -> float | None:
+    return first_crossing(*run.series_vs(x_key, EVAL_KEY), target)
+
+
+def seed_mean(runs: Sequence[Run], key: str) -> float | None:
+    """Mean over the seeds of each seed's mean of ``key`` over its steps (seeds that never log it left out)."""
+    return mean_se(_per_seed(runs, _run_mean(key)))[0]
 
 
 def _per_seed(runs: Sequence[Run], fn: Callable[[Run], float | None]) -> list[float]:
@@ -436,9 +449,9 @@ def summary_table(
                 "compute_total": mean_se(_per_seed(runs, lambda r: r.last(COMPUTE_KEY)))[0],
                 "reach_compute": rc.mean if rc is not None else None,
                 "reach_compute_ratio": ratio_c,
-                "rollouts_per_prompt": mean_se(_per_seed(runs, _run_mean("rollouts_per_prompt")))[0],
-                "zero_adv_frac": mean_se(_per_seed(runs, _run_mean("zero_adv_frac")))[0],
-                "all_equal_frac": mean_se(_per_seed(runs, _run_mean("all_equal_frac")))[0],
+                "rollouts_per_prompt": seed_mean(runs, "rollouts_per_prompt"),
+                "zero_adv_frac": seed_mean(runs, "zero_adv_frac"),
+                "all_equal_frac": seed_mean(runs, "all_equal_frac"),
                 "final_grad_norm": mean_se(_per_seed(runs, lambda r: r.last("grad_norm")))[0],
                 "final_entropy": mean_se(_per_seed(runs, lambda r: r.last("entropy")))[0],
                 "wall_time": mean_se(_per_seed(runs, lambda r: r.last("wall_time")))[0],
@@ -462,6 +475,8 @@ __all__ = [
     "mean_curve",
     "mean_se",
     "moving_average",
+    "first_crossing",
     "rollouts_to_reach",
+    "seed_mean",
     "summary_table",
 ]

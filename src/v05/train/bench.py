@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from v05.report.runs import COMPUTE_KEY, ROLLOUTS_KEY, group_runs, load_runs, mean_curve
+from v05.report.runs import COMPUTE_KEY, ROLLOUTS_KEY, first_crossing, group_runs, load_runs, mean_curve, seed_mean
 from v05.train.cli import require_trainer
 from v05.train.demo import config_label, run_demo
 
@@ -129,7 +129,7 @@ def bench_efficiency(out: Path, *, seeds: tuple[int, ...] = (0, 1, 2), extra: tu
     reference = max(("grpo4", "grpo16"), key=lambda n: finals[n])
     target = finals[reference]
 
-    reach = {name: _first_reach(curves[name], target) for name in groups}  # rollouts at the crossing
+    reach = {name: first_crossing(c.x, c.mean, target) for name, c in curves.items()}  # rollouts at the crossing
     # the same crossing in token-passes: each seed's compute after that many rollouts, averaged (the seeds' compute
     # curves end at different x, so a seed-mean curve over compute would be cut at the shortest seed's end)
     reach_c = {name: None if r is None else _compute_at(groups[name], r) for name, r in reach.items()}
@@ -157,9 +157,9 @@ def bench_efficiency(out: Path, *, seeds: tuple[int, ...] = (0, 1, 2), extra: tu
         "paired_diff": {name: paired_difference(groups[name], groups[reference]) for name in groups},
         "final_eval_pass_rate": finals,
         "final_eval_se": {name: float(c.se[-1]) for name, c in curves.items()},
-        "rollouts_per_prompt": {name: _mean_of(group, "rollouts_per_prompt") for name, group in groups.items()},
+        "rollouts_per_prompt": {name: seed_mean(group, "rollouts_per_prompt") for name, group in groups.items()},
         "value_quality": {
-            name: {key: _mean_of(group, key) for key in VALUE_KEYS if all(r.has(key) for r in group)}
+            name: {key: seed_mean(group, key) for key in VALUE_KEYS if all(r.has(key) for r in group)}
             for name, group in groups.items()
         },
         "compute_per_rollout": {
@@ -182,26 +182,9 @@ def bench_efficiency(out: Path, *, seeds: tuple[int, ...] = (0, 1, 2), extra: tu
     }
 
 
-def _first_reach(curve: Any, target: float) -> float | None:
-    """X at which a seed-mean curve first reaches ``target`` (linear between points; None: never)."""
-    hit = np.flatnonzero(curve.mean >= target)
-    if not hit.size:
-        return None
-    i = int(hit[0])
-    if i == 0:
-        return float(curve.x[0])
-    x0, x1, y0, y1 = curve.x[i - 1], curve.x[i], curve.mean[i - 1], curve.mean[i]
-    return float(x0 + (target - y0) * (x1 - x0) / (y1 - y0))
-
-
 def _compute_at(runs: list[Any], rollouts: float) -> float:
     """Token-passes after ``rollouts`` rollouts: each seed's (rollouts_total, compute_total) interpolated, averaged."""
     return float(np.mean([np.interp(rollouts, *r.series_vs(ROLLOUTS_KEY, COMPUTE_KEY)) for r in runs]))
-
-
-def _mean_of(runs: list[Any], key: str) -> float:
-    """Mean over seeds of each seed's mean of ``key`` over its steps."""
-    return float(np.mean([float(np.nanmean(r.series(key)[1])) for r in runs]))
 
 
 def paired_difference(runs: list[Any], reference: list[Any]) -> dict[str, float | int | None]:

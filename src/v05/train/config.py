@@ -24,6 +24,7 @@ import omegaconf
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from v05._checks import reward_range_text
 from v05.engines.hf import GenerationConfig
 from v05.priors import PROVIDERS
 from v05.registry import ALLOCATORS, get_allocator, get_estimator
@@ -319,16 +320,11 @@ def load_config(config: str | None = None, overrides: list[str] | tuple[str, ...
     return cfg
 
 
-STRING_KEYS = ("train.reward_range",)
-"""Fields whose valid values YAML reads as numbers: ``01`` is the integer 1 to YAML and to the dotlist parser."""
-
-
 def _literal_strings(node: Any) -> Any:
-    """Give the string fields of :data:`STRING_KEYS` back their text: ``reward_range: 01`` parses as the int 1."""
-    for key in STRING_KEYS:
-        value = OmegaConf.select(node, key, default=None)
-        if isinstance(value, int) and not isinstance(value, bool) and value == 1:
-            OmegaConf.update(node, key, "01", merge=False)
+    """Give ``train.reward_range`` back its text: ``reward_range: 01`` parses as the integer 1."""
+    value = OmegaConf.select(node, "train.reward_range", default=None)
+    if reward_range_text(value) != value:
+        OmegaConf.update(node, "train.reward_range", reward_range_text(value), merge=False)
     return node
 
 

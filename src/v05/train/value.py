@@ -33,6 +33,7 @@ from v05.train.compute import ComputeMeter
 from v05.train.config import TrainConfig
 from v05.train.critic import Critic, gae, outcome_token_rewards, value_loss, whiten
 from v05.train.features import recompute_pass
+from v05.train.forward import prefix_rows
 from v05.train.loss import loss_norm
 from v05.value.probe import GroupBuffer, PoiseProbe
 
@@ -199,7 +200,7 @@ def _count_pass(compute: ComputeMeter, part: str, rollouts: Any, group: np.ndarr
     if group is None:
         compute.forward(part, rollouts.prompt_mask, rollouts.response_mask)
         return
-    _, first = np.unique(np.asarray(group), return_index=True)
+    first, _ = prefix_rows(group)
     compute.forward(part, rollouts.prompt_mask[torch.as_tensor(first)], rollouts.response_mask)
 
 
