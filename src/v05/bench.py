@@ -6,23 +6,113 @@
   plus the cold import time of ``v05``. The fair anchor for speed is the vectorised verl and the bare numpy form;
   the loop form is what verl's default ``grpo`` runs.
 - ``priors``: prompts/s of the default prior backend (embed + predict; ``v05.priors.evaluate.benchmark_throughput``).
-- ``train`` / ``efficiency``: the trainer against TRL, and sample efficiency at equal rollouts (:mod:`v05.train.bench`).
+- ``train`` / ``matrix``: the trainer against TRL, and the evidence grid at equal rollouts (:mod:`v05.train.bench`).
+
+Every quoted timing is a median over interleaved rounds (each round times every contender once, in a fixed order),
+reported with its spread (min–max and interquartile range over the rounds): one disturbed round moves the median
+little, and a drift in machine speed hits every contender of a round alike.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
 from v05.registry import ESTIMATORS, estimate
+
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Spread:
+    """One benchmark figure over repeated rounds: the median it is quoted as, and how far the rounds spread."""
+
+    values: tuple[float, ...]
+    """the per-round values, in round order."""
+    median: float
+    """the median over rounds (the mean of the two middle values for an even count)."""
+    low: float
+    """the smallest round."""
+    high: float
+    """the largest round."""
+    q1: float
+    """the first quartile (linear interpolation between order statistics, numpy's default)."""
+    q3: float
+    """the third quartile."""
+
+    def as_dict(self) -> dict[str, float | list[float]]:
+        """``{"median", "min", "max", "iqr": [q1, q3], "rounds": [...]}`` for the JSON results."""
+        return {"median": self.median, "min": self.low, "max": self.high, "iqr": [self.q1, self.q3],
+                "rounds": list(self.values)}  # fmt: skip
+
+
+def spread(values: Sequence[float]) -> Spread:
+    """Median, min–max and interquartile range of per-round values.
+
+        median = x₍ₖ₎ with k = (n + 1)/2 (n odd; the mean of the two middle order statistics for n even)
+        Q₁, Q₃ = the 25% and 75% quantiles, interpolated linearly between order statistics
+
+    With three rounds Q₁ and Q₃ fall halfway between the extremes and the median, so min–max is the spread to quote.
+
+    Args:
+        values: (R,) one figure per round (seconds, rollouts/s, a ratio).
+
+    Returns:
+        The :class:`Spread` (``values`` kept in round order).
+
+    Raises:
+        ValueError: no values, or a non-finite one.
+    """
+    x = np.asarray(values, dtype=np.float64)  # (R,)
+    if x.ndim != 1 or x.size == 0:
+        raise ValueError(f"need at least one round, got {x.size} values")
+    if not np.all(np.isfinite(x)):
+        raise ValueError(f"round values must be finite, got {x.tolist()}")
+    q1, median, q3 = np.quantile(x, [0.25, 0.5, 0.75])
+    return Spread(values=tuple(float(v) for v in x), median=float(median), low=float(x.min()), high=float(x.max()),
+                  q1=float(q1), q3=float(q3))  # fmt: skip
+
+
+def interleave(sides: Mapping[str, Callable[[], _T]], repeats: int) -> list[dict[str, _T]]:
+    """Run every side once per round, in the mapping's order, for ``repeats`` rounds: A, B, A, B, … (not A, A, B, B).
+
+    A slow spell of the machine (another job, thermal throttling) then lands on adjacent measurements of every
+    side, so per-round ratios cancel most of it and the median over rounds discounts a disturbed round.
+
+    Args:
+        sides: name → a callable that takes one measurement (it owns its own clock).
+        repeats: rounds (≥ 1).
+
+    Returns:
+        (repeats,) one ``{name: measurement}`` per round, in round order.
+
+    Raises:
+        ValueError: ``repeats`` < 1 or no sides.
+    """
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats must be an integer >= 1, got {repeats!r}")
+    if not sides:
+        raise ValueError("need at least one side to time")
+    return [{name: measure() for name, measure in sides.items()} for _ in range(repeats)]
+
+
+def ratio_spread(rounds: Sequence[Mapping[str, float]], numerator: str, denominator: str) -> Spread:
+    """Spread of the per-round ratio ``numerator / denominator`` (each round's two measurements are adjacent in time).
+
+        ρ_r = x_r / y_r,   quoted as median_r ρ_r
+
+    (not median x ÷ median y, which would pair measurements from different rounds).
+    """
+    return spread([r[numerator] / r[denominator] for r in rounds])
 
 
 def ragged_batch(n_rollouts: int, n_groups: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -37,24 +127,25 @@ def ragged_batch(n_rollouts: int, n_groups: int, rng: np.random.Generator) -> tu
     return rewards, group.astype(np.int64)
 
 
-def best_time(fn: Callable[[], object], repeats: int) -> float:
-    """Minimum wall time of ``repeats`` calls (seconds)."""
-    times = []
-    for _ in range(repeats):
+def wall_time(fn: Callable[[], object]) -> Callable[[], float]:
+    """A measurement for :func:`interleave`: the wall time of one call of ``fn`` (seconds)."""
+
+    def measure() -> float:
         t = time.perf_counter()
         fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
+        return time.perf_counter() - t
+
+    return measure
 
 
-def import_time(repeats: int = 5) -> float:
-    """Median cold ``import v05`` time in a fresh interpreter (seconds)."""
+def import_time(repeats: int = 5) -> Spread:
+    """Cold ``import v05`` time in a fresh interpreter (seconds), over ``repeats`` interpreters."""
     code = "import time; t = time.perf_counter(); import v05; print(time.perf_counter() - t)"
     runs = [
         float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
         for _ in range(repeats)
     ]
-    return statistics.median(runs)
+    return spread(runs)
 
 
 def numpy_grpo(rewards: np.ndarray, group: np.ndarray, eps: float = 1e-6) -> np.ndarray:
@@ -69,28 +160,58 @@ def numpy_grpo(rewards: np.ndarray, group: np.ndarray, eps: float = 1e-6) -> np.
     return dev / (std_g[group] + eps)
 
 
+ANCHORS = ("numpy_grpo", "verl_grpo_vectorized", "verl_grpo_loop")
+"""The reference implementations ``v05 bench core`` times beside the estimators (verl's only when importable)."""
+
+
+def _anchor_calls(rewards: np.ndarray, group: np.ndarray, *, verl_loop: bool) -> dict[str, Callable[[], object]]:
+    """The anchors that can run here: numpy GRPO always; verl's vectorised (and loop) GRPO when verl imports."""
+    calls: dict[str, Callable[[], object]] = {"numpy_grpo": lambda: numpy_grpo(rewards, group)}
+    try:
+        import torch
+        from verl.trainer.ppo.core_algos import (
+            compute_grpo_outcome_advantage,
+            compute_grpo_vectorized_outcome_advantage,
+        )
+    except ImportError:
+        return calls
+    tok = torch.from_numpy(rewards).float().unsqueeze(-1)  # (N, 1): one "token" per rollout
+    mask = torch.ones_like(tok)
+    calls["verl_grpo_vectorized"] = lambda: compute_grpo_vectorized_outcome_advantage(tok, mask, group)
+    if verl_loop:
+        calls["verl_grpo_loop"] = lambda: compute_grpo_outcome_advantage(tok, mask, group)
+    return calls
+
+
 def bench_core(
     n_rollouts: int = 1 << 20, n_groups: int = 1 << 16, repeats: int = 3, seed: int = 0, *, verl_loop: bool = True
 ) -> dict[str, object]:
     """Time every registered estimator and the anchors (numpy GRPO; verl's loop and vectorised GRPO if importable).
 
+    Each of ``repeats`` rounds calls every estimator and then every anchor once (:func:`interleave`); a figure is
+    the median over rounds, with its :class:`Spread`, and a ratio to an anchor is the median of the per-round ratios.
+
     Args:
         n_rollouts: N, rollouts in the batch.
         n_groups: G, ragged groups.
-        repeats: timing repeats per estimator (the best is reported).
+        repeats: rounds (≥ 1; quote figures from ≥ 3).
         seed: seed of the batch.
-        verl_loop: also time verl's loop-based GRPO (once; ~35 s at the default size).
+        verl_loop: also time verl's loop-based GRPO (~35 s a round at the default size).
 
     Returns:
-        ``seconds`` per estimator, ``anchors`` (seconds per anchor, None where verl is missing), ``ratio_to``
-        (estimator seconds ÷ each anchor's), sizes and the cold import time.
+        ``seconds`` (median per estimator) and ``seconds_spread``, ``anchors`` (median seconds per anchor, None
+        where verl is missing or the loop is skipped) and ``anchors_spread``, ``ratio_to`` (median per-round
+        estimator ÷ anchor), the sizes, ``repeats``, and the cold import time (``import_seconds``, ``import_spread``).
+
+    Raises:
+        ValueError: ``repeats`` < 1 or bad sizes.
     """
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     rng = np.random.default_rng(seed)
     rewards, group = ragged_batch(n_rollouts, n_groups, rng)
     prior = rng.uniform(-1, 1, n_groups)
-    rows: dict[str, float] = {}
+    sides: dict[str, Callable[[], float]] = {}
     for name, spec in ESTIMATORS.items():
         kw: dict[str, object] = {"prior": prior} if spec.uses_prior else {}
         if spec.needs_truth:
@@ -99,36 +220,61 @@ def bench_core(
             kw["prompt_ids"] = np.arange(n_groups)
         if spec.needs_values:
             kw["values"] = prior[group]  # per-rollout values on the ±1 scale
-        rows[name] = best_time(lambda name=name, kw=kw: estimate(name, rewards, group, **kw), repeats)
-    anchors: dict[str, float | None] = {
-        "numpy_grpo": best_time(lambda: numpy_grpo(rewards, group), repeats),
-        "verl_grpo_vectorized": None,
-        "verl_grpo_loop": None,
-    }
-    try:
-        import torch
-        from verl.trainer.ppo.core_algos import (
-            compute_grpo_outcome_advantage,
-            compute_grpo_vectorized_outcome_advantage,
-        )
-    except ImportError:
-        pass
-    else:
-        tok = torch.from_numpy(rewards).float().unsqueeze(-1)
-        mask = torch.ones_like(tok)
-        anchors["verl_grpo_vectorized"] = best_time(
-            lambda: compute_grpo_vectorized_outcome_advantage(tok, mask, group), repeats
-        )
-        if verl_loop:
-            anchors["verl_grpo_loop"] = best_time(lambda: compute_grpo_outcome_advantage(tok, mask, group), 1)
+        sides[name] = wall_time(lambda name=name, kw=kw: estimate(name, rewards, group, **kw))
+    anchors = {a: wall_time(fn) for a, fn in _anchor_calls(rewards, group, verl_loop=verl_loop).items()}
+    rounds = interleave({**sides, **anchors}, repeats)  # (repeats,) {name: seconds}
+    seconds = {name: spread([r[name] for r in rounds]) for name in sides}
+    anchor_s = {a: spread([r[a] for r in rounds]) if a in anchors else None for a in ANCHORS}
+    imports = import_time()
     return {
         "n_rollouts": n_rollouts,
         "n_groups": n_groups,
-        "seconds": rows,
-        "anchors": anchors,
-        "ratio_to": {a: None if t is None else {k: v / t for k, v in rows.items()} for a, t in anchors.items()},
-        "import_seconds": import_time(),
+        "repeats": repeats,
+        "seconds": {name: s.median for name, s in seconds.items()},
+        "seconds_spread": {name: s.as_dict() for name, s in seconds.items()},
+        "anchors": {a: None if s is None else s.median for a, s in anchor_s.items()},
+        "anchors_spread": {a: None if s is None else s.as_dict() for a, s in anchor_s.items()},
+        "ratio_to": {
+            a: None if a not in anchors else {name: ratio_spread(rounds, name, a).median for name in sides}
+            for a in ANCHORS
+        },
+        "import_seconds": imports.median,
+        "import_spread": imports.as_dict(),
     }
+
+
+def bench_priors(n_prompts: int = 512, *, repeats: int = 3, backend: str = "minilm") -> dict[str, object]:
+    """Prompts/s of the default prior backend over ``repeats`` rounds, each from a fresh (memory-only) cache.
+
+    Each round is one :func:`v05.priors.evaluate.benchmark_throughput` (load the encoder and fit the head on the
+    context, untimed; then embed + predict ``n_prompts`` new prompts, then the same prompts again from the cache).
+
+    Returns:
+        The medians over rounds under ``benchmark_throughput``'s keys (``seconds``, ``prompts_per_s``,
+        ``cached_seconds``, ``cached_prompts_per_s``, ``load_seconds``; ``n_prompts``, ``truncated``), ``repeats``,
+        and ``spread``: the :class:`Spread` of each timed key.
+
+    Raises:
+        ValueError: ``repeats`` < 1, or more prompts than are bundled.
+    """
+    from v05.priors.evaluate import benchmark_throughput  # noqa: PLC0415 (keeps the CLI's import light)
+
+    rounds = interleave({"priors": lambda: benchmark_throughput(n_prompts, backend=backend)}, repeats)
+    keys = ("seconds", "prompts_per_s", "cached_seconds", "cached_prompts_per_s", "load_seconds")
+    stats = {key: spread([r["priors"][key] for r in rounds]) for key in keys}
+    first = rounds[0]["priors"]
+    return {
+        "n_prompts": first["n_prompts"],
+        "truncated": first["truncated"],
+        "backend": backend,
+        "repeats": repeats,
+        **{key: s.median for key, s in stats.items()},
+        "spread": {key: s.as_dict() for key, s in stats.items()},
+    }
+
+
+def _range(s: dict[str, object] | None) -> str:
+    return "n/a" if s is None else f"{s['min']:.4g}–{s['max']:.4g}"
 
 
 def _run_core(args: argparse.Namespace) -> int:
@@ -137,19 +283,28 @@ def _run_core(args: argparse.Namespace) -> int:
 
     res = bench_core(args.n_rollouts, args.n_groups, args.repeats, verl_loop=not args.no_verl_loop)
     anchors: dict[str, float | None] = res["anchors"]  # type: ignore[assignment]
-    table = Table(title=f"estimators on {res['n_rollouts']:,} rollouts / {res['n_groups']:,} ragged groups")
+    spreads: dict[str, dict[str, object]] = res["seconds_spread"]  # type: ignore[assignment]
+    ratio_to: dict[str, dict[str, float] | None] = res["ratio_to"]  # type: ignore[assignment]
+    table = Table(
+        title=f"estimators on {res['n_rollouts']:,} rollouts / {res['n_groups']:,} ragged groups: "
+        f"median (min–max) over {res['repeats']} interleaved rounds"
+    )
     table.add_column("estimator")
     table.add_column("seconds", justify="right")
+    table.add_column("min–max", justify="right")
     for a in anchors:
         table.add_column(f"÷ {a}", justify="right")
     for name, sec in res["seconds"].items():  # type: ignore[union-attr]
-        ratios = [("n/a" if t is None else f"{sec / t:.3g}×") for t in anchors.values()]
-        table.add_row(name, f"{sec:.4f}", *ratios)
+        ratios = [("n/a" if r is None else f"{r[name]:.3g}×") for r in ratio_to.values()]
+        table.add_row(name, f"{sec:.4f}", _range(spreads[name]), *ratios)
     console = Console()
     console.print(table)
+    anchor_spread: dict[str, dict[str, object] | None] = res["anchors_spread"]  # type: ignore[assignment]
     for a, t in anchors.items():
-        console.print(f"{a}: {'n/a (verl not installed or skipped)' if t is None else f'{t:.4f} s'}")
-    console.print(f"cold `import v05`: {res['import_seconds']:.3f} s (target < 0.3 s)")
+        text = "n/a (verl not installed or skipped)" if t is None else f"{t:.4f} s ({_range(anchor_spread[a])})"
+        console.print(f"{a}: {text}")
+    imports: dict[str, object] = res["import_spread"]  # type: ignore[assignment]
+    console.print(f"cold `import v05`: {res['import_seconds']:.3f} s ({_range(imports)}; target < 0.3 s)")
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=2))
     return 0
@@ -158,9 +313,7 @@ def _run_core(args: argparse.Namespace) -> int:
 def _run_priors(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from v05.priors.evaluate import benchmark_throughput
-
-    res = benchmark_throughput(n_prompts=args.n_prompts)
+    res = bench_priors(args.n_prompts, repeats=args.repeats, backend=args.backend)
     Console().print_json(json.dumps(res))
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=2))
@@ -175,12 +328,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     core = bsub.add_parser("core", help="estimator speed vs numpy and verl GRPO (loop and vectorised), import time")
     core.add_argument("--n-rollouts", type=int, default=1 << 20, help="rollouts in the batch (default 1,048,576)")
     core.add_argument("--n-groups", type=int, default=1 << 16, help="ragged groups in the batch (default 65,536)")
-    core.add_argument("--repeats", type=int, default=3, help="timing repeats per estimator (best is reported)")
-    core.add_argument("--no-verl-loop", action="store_true", help="skip verl's loop GRPO (~35 s at the default size)")
+    core.add_argument("--repeats", type=int, default=3, help="interleaved rounds (default 3; the median is reported)")
+    core.add_argument("--no-verl-loop", action="store_true", help="skip verl's loop GRPO (~35 s a round by default)")
     core.add_argument("--json", help="write the results to this JSON file")
     core.set_defaults(func=_run_core)
     pri = bsub.add_parser("priors", help="prompts/s of the default prior backend (embed + predict)")
     pri.add_argument("--n-prompts", type=int, default=512, help="new prompts to embed and predict (default 512)")
+    pri.add_argument("--repeats", type=int, default=3, help="rounds, each from a fresh cache (default 3; median)")
+    pri.add_argument("--backend", default="minilm", help="prior embedding backend (default minilm)")
     pri.add_argument("--json", help="write the results to this JSON file")
     pri.set_defaults(func=_run_priors)
     from v05.train.bench import register_benches  # noqa: PLC0415 (numpy at import; torch only when they run)

@@ -15,6 +15,9 @@ FULL = {
     "all_equal_frac": 0.3,
     "value/mae": 0.3,
     "value/auc": 0.7,
+    "prior/auc": 0.8,
+    "prior/tau2": 0.04,
+    "prior/n0": 2.5,
 }
 
 
@@ -34,14 +37,14 @@ def test_report_is_self_contained_with_table_and_figures(tmp_path):
     path = write_report(_runs(tmp_path, extra=FULL), out, title="demo")
     page = path.read_text()
     assert path == out / "report.html"
-    assert page.count("data:image/png;base64,") == 10
+    assert page.count("data:image/png;base64,") == 11
     assert '<table class="summary">' in page and "grpo4 (reference)" in page and "0.400 ± 0.000" in page
     assert "Equal rollouts consumed" in page and "not drawn" not in page
     for name in ("eval_vs_rollouts", "eval_vs_compute", "eval_vs_steps", "eval_vs_wall_time", "train_pass_rate",
                  "grad_norm", "entropy"):
         assert (out / f"{name}.png").stat().st_size > 1000
     assert (out / "rollouts_per_prompt.png").is_file() and (out / "zero_adv.png").is_file()
-    assert (out / "value_quality.png").is_file()
+    assert (out / "value_quality.png").is_file() and (out / "prior.png").stat().st_size > 1000
     summary = json.loads((out / "summary.json").read_text())
     assert [r["method"] for r in summary] == ["grpo4", "v05"] and summary[0]["is_reference"]
 

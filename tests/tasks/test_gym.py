@@ -5,8 +5,8 @@ from hypothesis import strategies as st
 
 pytest.importorskip("reasoning_gym")
 
-from v05.tasks import GymTask, Prompt  # noqa: E402
-from v05.tasks.gym import EVAL_SEED_OFFSET  # noqa: E402
+from v05.tasks import GymTask, Prompt, render_prompt  # noqa: E402
+from v05.tasks.gym import COMPACTORS, EVAL_SEED_OFFSET, printable_text  # noqa: E402
 
 CHAIN_SUM = {"min_terms": 2, "max_terms": 2, "min_digits": 2, "max_digits": 3}
 
@@ -110,3 +110,72 @@ def test_score_never_raises(chain_sum, completions):
     """Any rollout text gets a binary reward without raising."""
     p = chain_sum.train_prompts()[0]
     assert set(chain_sum.score([p] * len(completions), completions).rewards.tolist()) <= {0.0, 1.0}
+
+
+# Item 0 of each dataset at seed 0 and default config, copied from reasoning_gym.create_dataset(name, size=3, seed=0).
+COMPACT_ITEM_0 = [
+    ("spell_backward", "Spell this word backward (example: sun -> nus): hypomeron", "hypomeron", "noremopyh"),
+    ("letter_counting", 'How many times does the letter "b" appear in the text: "phrase Project Gutenberg associated '
+     'with or appearing on the work you"?', "b:phrase Project Gutenberg associated with or appearing on the work you",
+     "1"),
+    ("chain_sum", "State the final answer to the following arithmetic problem: 1663 - 5242 - 9376 - 8961 + 7634 =",
+     "1663-5242-9376-8961+7634", "-14282"),
+    ("basic_arithmetic", "Calculate -1515 / 5 + -( -2842 * -5436 ) * -6892.", "-1515/5+-(-2842*-5436)*-6892",
+     "106475279601"),
+    ("products", "Solve the following multiplication: 1663 * 5242. Give only the result as your final answer.",
+     "1663*5242", "8717446"),
+    ("count_bits", "How many 1 bits are there in the binary representation of the number 1813382119?", "1813382119",
+     "15"),
+    ("gcd", "Find the Greatest Common Divisor (GCD) of these numbers: 777, 912. Give only the GCD as your final "
+     "answer.", "777,912", "3"),
+    ("lcm", "Find the Least Common Multiple (LCM) of these numbers: 98, 54", "98,54", "2646"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("dataset", "full", "compact", "answer"), COMPACT_ITEM_0, ids=[c[0] for c in COMPACT_ITEM_0])
+def test_compact_form_of_real_entries(dataset, full, compact, answer):
+    """Each compactor turns the real item 0 into its short form, rendered '{question}='; the full form keeps the text
+    and its 'Question: ... Answer:' template; the gold answer scores 1 in both forms (the dataset's own scorer)."""
+    short = GymTask(dataset, size_train=3, size_eval=1, size_val=1, prompt_form="compact")
+    long = GymTask(dataset, size_train=3, size_eval=1, size_val=1)
+    p, q = short.train_prompts()[0], long.train_prompts()[0]
+    assert (q.question, q.answer) == (full, answer) and (p.question, p.answer) == (compact, answer)
+    assert render_prompt(short, p, None) == compact + "="
+    assert render_prompt(long, q, None) == f"Question: {full}\nAnswer:"
+    assert short.score([p, p], [answer, answer + "0"]).rewards.tolist() == [1.0, 0.0]
+    assert p.key != q.key and p.key.startswith(f"{dataset}:")
+
+
+def test_compact_fallback_collapses_whitespace_and_drops_non_ascii():
+    """A dataset without a compactor keeps its question with whitespace runs collapsed and non-ASCII dropped:
+    prime_factorization item 0 (seed 0) writes '×' (U+00D7) between factors; word_sorting's has blank lines."""
+    assert "prime_factorization" not in COMPACTORS and "word_sorting" not in COMPACTORS
+    task = GymTask("prime_factorization", size_train=2, size_eval=1, size_val=1, prompt_form="compact")
+    p = task.train_prompts()[0]
+    assert p.question == (
+        "Find the prime factorization of 866. Write the factors separated by (Example: for 12 the answer would be: 2 "
+        "2 3)"
+    )
+    assert task.score([p], [p.answer]).rewards.tolist() == [1.0]  # gold '2 × 433', scored on the entry
+    words = GymTask("word_sorting", size_train=2, size_eval=1, size_val=1, prompt_form="compact").train_prompts()[0]
+    assert "\n" not in words.question and "  " not in words.question
+    assert words.question.startswith("Your task is to sort words in ascending or descending order using ASCII/Unicode "
+                                     "ordering. Your output should be")  # fmt: skip
+    assert printable_text(" a\t\u00e9 b\n\nc ") == "a b c"  # 'é' dropped, then its spaces collapse too
+
+
+def test_questions_that_coincide_after_compaction_are_kept_once(monkeypatch):
+    """With a compactor that maps every entry to one text, the pool keeps one prompt and the other splits none
+    (they would repeat a train question); the kept prompt still scores against its own entry."""
+    monkeypatch.setitem(COMPACTORS, "spell_backward", lambda entry: "same")
+    task = GymTask("spell_backward", size_train=20, size_eval=5, size_val=5, prompt_form="compact")
+    assert [p.question for p in task.train_prompts()] == ["same"]
+    assert task.eval_prompts() == () and task.validation_prompts() == ()
+    p = task.train_prompts()[0]
+    assert p.answer == "noremopyh" and task.score([p], ["noremopyh"]).rewards.tolist() == [1.0]
+
+
+def test_bad_prompt_form_raises():
+    """prompt_form is 'full' or 'compact'; anything else is a one-line ValueError naming both."""
+    with pytest.raises(ValueError, match="prompt_form must be 'full' or 'compact', got 'short'"):
+        GymTask("spell_backward", size_train=2, prompt_form="short")  # type: ignore[arg-type]

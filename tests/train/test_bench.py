@@ -1,42 +1,93 @@
-"""`v05 bench train` and `v05 bench efficiency` on the tiny task: the contract keys, numbers that make sense."""
+"""`v05 bench train` on the tiny task: the contract keys, numbers that make sense (the matrix: test_matrix.py)."""
 
 from __future__ import annotations
 
 import json
+
+import pytest
 
 from v05.cli import main
 
 SMALL = ["train.batch_size=8", "eval.size=16", "eval.every=2", "run.progress=false", "run.tensorboard=false"]
 
 
-def test_bench_efficiency_contract(tmp_path, tiny_overrides, capsys):
-    """`v05 bench efficiency --json` (2 seeds, tiny budget) writes reference ∈ {grpo4, grpo16}, the target pass rate
-    (that GRPO's final seed-mean eval), a rollout and a compute ratio for v05 and v05_eb, the paired difference to
-    the reference (0 ± 0 for itself), plus the per-seed curves."""
-    out = tmp_path / "eff.json"
-    argv = ["bench", "efficiency", "--out", str(tmp_path / "runs"), "--seeds", "0,1", "--json", str(out),
-            *tiny_overrides, *SMALL, "train.max_rollouts=96", "train.steps=50"]  # fmt: skip
-    assert main(argv) == 0
-    res = json.loads(out.read_text())
-    assert res["reference"] in ("grpo4", "grpo16")
-    assert res["target_pass_rate"] == res["final_eval_pass_rate"][res["reference"]]
-    assert {"v05", "v05_eb"} <= set(res["rollout_ratio"]) and set(res["compute_ratio"]) == set(res["rollout_ratio"])
-    assert all(r is None or r > 0 for r in (*res["rollout_ratio"].values(), *res["compute_ratio"].values()))
-    assert all((res["compute_ratio"][n] is None) == (r is None) for n, r in res["rollout_ratio"].items())
-    assert res["reference_compute_to_target"] >= res["reference_rollouts_to_target"] >= 0  # ≥ 1 token-pass a rollout
-    assert res["paired_diff"][res["reference"]] == {"mean": 0.0, "se": 0.0, "n": 2}
-    assert res["paired_diff"]["v05"]["n"] == 2 and res["compute_per_rollout"]["v05"] > 0
-    assert set(res["per_seed_curves"]["v05"]) == {"0", "1"}
-    assert all(pt[0] < 96 + 8 * 16 for pt in res["per_seed_curves"]["v05"]["0"])  # < one step past the budget
-
-
 def test_bench_train_contract(tmp_path, tiny_overrides):
-    """`v05 bench train --json` writes v05's and TRL's rollouts/s on the same model, task, batch and k, and v05's
-    overhead fraction (prior + allocator + estimator of step time), in [0, 1)."""
+    """`v05 bench train --json` (1-s windows, 1 round) writes v05's and TRL's rollouts/s on the same model, task,
+    batch and k as medians of the per-round rates, the median per-round ratio with its spread, and v05's overhead
+    fraction (prior + allocator + estimator of step time), in [0, 1); every side ran at least its window."""
     out = tmp_path / "train.json"
-    argv = ["bench", "train", "--out", str(tmp_path / "runs"), "--steps", "4", "--trl-steps", "2", "--configs",
+    argv = ["bench", "train", "--out", str(tmp_path / "runs"), "--window-s", "1", "--repeats", "1", "--configs",
             "demo-grpo4,demo-v05", "--json", str(out), *tiny_overrides, *SMALL]  # fmt: skip
     assert main(argv) == 0
     res = json.loads(out.read_text())
     assert res["v05_rollouts_per_s"] > 0 and res["trl_rollouts_per_s"] > 0
     assert 0 <= res["overhead_frac"] < 1 and set(res["configs"]) == {"demo-grpo4", "demo-v05"}
+    assert res["order"] == ["v05:demo-grpo4", "trl", "v05:demo-v05"] and res["repeats"] == 1
+    assert res["spread"]["speedup_vs_trl"]["rounds"] == [res["speedup_vs_trl"]]
+    rounds = [*res["configs"]["demo-grpo4"]["rounds"], *res["configs"]["demo-v05"]["rounds"], *res["trl"]["rounds"]]
+    assert len(rounds) == 3 and all(r["seconds"] >= 1.0 and r["steps"] >= 1 for r in rounds)
+    assert all(r["warmup_steps"] == 2 for r in res["trl"]["rounds"])
+
+
+def _fake_side(calls, name, rates, overhead=0.0):
+    """A stand-in timer: records its call and returns the next of ``rates`` as a 30-s window's timing."""
+    remaining = iter(rates)
+
+    def measure():
+        calls.append(name)
+        rate = next(remaining)
+        return {"steps": 10, "rollouts": 30.0 * rate, "seconds": 30.0, "rollouts_per_s": rate,
+                "overhead_frac": overhead}  # fmt: skip
+
+    return measure
+
+
+def test_bench_train_interleaves_and_takes_medians(tmp_path, monkeypatch):
+    """With stand-in timers, `bench_train` runs first config, TRL, other configs in every round (A, T, B, A, T, B,
+    A, T, B), and quotes medians of per-round figures: v05 rates [100, 300, 200] and TRL [50, 100, 100] give
+    ratios [2, 3, 2] → speedup 2 (range 2–3), v05 200/s and TRL 100/s."""
+    from v05.train import bench
+
+    calls = []
+    v05 = {"demo-grpo4": _fake_side(calls, "demo-grpo4", [100.0, 300.0, 200.0], 0.01),
+           "demo-v05": _fake_side(calls, "demo-v05", [80.0, 90.0, 70.0], 0.03)}  # fmt: skip
+    monkeypatch.setattr(bench, "_v05_window", lambda cfg, run_dir, window_s: v05[run_dir.name]())
+    monkeypatch.setattr(bench, "_trl_window", lambda cfg, out, window_s: _fake_side(calls, "trl", [50.0, 100, 100]))
+    res = bench.bench_train(tmp_path, window_s=30, repeats=3, configs=("demo-grpo4", "demo-v05"))
+    assert calls == ["demo-grpo4", "trl", "demo-v05"] * 3
+    assert res["speedup_vs_trl"] == 2.0 and res["spread"]["speedup_vs_trl"]["rounds"] == [2.0, 3.0, 2.0]
+    assert (res["spread"]["speedup_vs_trl"]["min"], res["spread"]["speedup_vs_trl"]["max"]) == (2.0, 3.0)
+    assert res["v05_rollouts_per_s"] == 200.0 and res["trl_rollouts_per_s"] == 100.0
+    assert res["configs"]["demo-v05"]["rollouts_per_s"] == 80.0 and res["overhead_frac"] == 0.01
+    assert res["configs"]["demo-v05"]["overhead_frac"] == 0.03
+    assert res["window_s"] == 30 and res["order"] == ["v05:demo-grpo4", "trl", "v05:demo-v05"]
+
+
+def test_step_times_leave_out_the_warm_up():
+    """Rollouts/s and overhead are sums over the steps after WARMUP_STEPS = 2: steps 3–4 with 128 and 64 rollouts in
+    0.1 + 0.1 s → 960/s; overhead (0.01 + 0.01 + 0.02 + 0) / 0.2 = 0.2."""
+    from v05.train.bench import WARMUP_STEPS, _step_times
+
+    assert WARMUP_STEPS == 2
+    rows = [{"step": s, "time/step": t, "rollouts_step": n, "time/prior": p, "time/estimate": e}
+            for s, t, n, p, e in [(1, 5.0, 128, 1.0, 1.0), (2, 5.0, 128, 1.0, 1.0), (3, 0.1, 128, 0.01, 0.01),
+                                  (4, 0.1, 64, 0.02, 0.0)]]  # fmt: skip
+    res = _step_times(rows)
+    assert res["steps"] == 2 and res["rollouts_per_s"] == pytest.approx(960.0)
+    assert res["overhead_frac"] == pytest.approx(0.2)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--window-s", "0.5"], "window_s must be >= 1.0"),
+        (["--window-s", "nan"], "window_s must be >= 1.0"),
+        (["--repeats", "0"], "repeats must be an integer >= 1"),
+        (["--configs", ","], "need at least one config"),
+    ],
+)
+def test_bench_train_bad_options_one_line_error(argv, message, capsys):
+    """A window under 1 s, fewer than one round or no config is a one-line error with exit code 2, before any run."""
+    assert main(["bench", "train", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1

@@ -8,8 +8,10 @@ import sys
 import pytest
 
 from v05.cli import main
+from v05.tasks import make_task
 from v05.train.config import TrainConfig, load_config, packaged_configs, quick_config, to_yaml
-from v05.train.warmstart import warm_start_dir
+from v05.train.policy import build_char_tokenizer
+from v05.train.warmstart import render_all, warm_start_dir
 
 DEMO = ("demo-grpo4", "demo-grpo16", "demo-v05", "demo-v05-eb", "demo-dapo")
 
@@ -157,3 +159,49 @@ def test_warm_start_differs_per_seed_unless_shared():
     assert len({d for (_, seed), d in dirs.items() if seed == 1}) == 1
     shared = [warm_start_dir(load_config("demo-grpo4", [f"seed={s}", "warmup.per_seed=false"])) for s in (0, 1)]
     assert shared[0] == shared[1] == dirs[("demo-grpo4", 0)]
+
+
+SPELL = ["task.name=reasoning_gym", "task.options.dataset=spell_backward", "task.options.size_train=20",
+         "task.options.size_eval=5", "task.options.size_val=5"]  # fmt: skip
+
+
+def test_tiny_policy_resolves_reasoning_gym_to_the_compact_form(tmp_path):
+    """With the tiny policy a reasoning_gym task without prompt_form gets 'compact', written to the config YAML and
+    the warm-start key; an explicit value is kept; a hub policy and the arithmetic task are left as they are."""
+    cfg = load_config("demo-grpo4", SPELL)
+    assert cfg.task.options["prompt_form"] == "compact" and "prompt_form: compact" in to_yaml(cfg)
+    path = tmp_path / "c.yaml"
+    path.write_text(to_yaml(cfg))
+    assert load_config(str(path)) == cfg
+    full = load_config("demo-grpo4", [*SPELL, "task.options.prompt_form=full"])
+    assert full.task.options["prompt_form"] == "full" and warm_start_dir(full) != warm_start_dir(cfg)
+    quick = load_config("demo-grpo4", SPELL, quick=True)
+    assert quick.task.options["prompt_form"] == "compact"
+    hub = load_config("gym-chain-sum-qwen0.5b")
+    assert "prompt_form" not in hub.task.options  # GymTask's default: the full question
+    hub_spell = load_config("demo-grpo4", [*SPELL, "policy.name_or_path=Qwen/Qwen2.5-0.5B-Instruct"])
+    assert "prompt_form" not in hub_spell.task.options
+    assert load_config("demo-grpo4").task.options == {}
+
+
+def test_prompts_too_long_for_the_tiny_context_raise_one_line():
+    """render_all refuses prompts whose tokens + max_new_tokens exceed the tiny policy's positions, at the exact
+    boundary: the longest compact prompt is <bos> + word + '=' (len + 2 tokens), so it fits in len + 2 + n_new."""
+    base = load_config("demo-grpo4", SPELL)
+    task = make_task(base.task.name, **base.task.options)
+    pool, tokenizer = list(task.train_prompts()), build_char_tokenizer()
+    fit = max(len(p.question) for p in pool) + 2 + base.generation.max_new_tokens
+    ok = load_config("demo-grpo4", [*SPELL, f"policy.max_position_embeddings={fit}"])
+    assert render_all(ok, task, pool, tokenizer)[0] == pool[0].question + "="
+    short = load_config("demo-grpo4", [*SPELL, f"policy.max_position_embeddings={fit - 1}"])
+    with pytest.raises(ValueError, match=f"max_new_tokens=6 > policy.max_position_embeddings={fit - 1}") as err:
+        render_all(short, task, pool, tokenizer)
+    assert "\n" not in str(err.value) and "prompt_form=compact" in str(err.value)
+    # the full question ('Question: Spell this word backward ...') does not fit the default 128 with 64 new tokens
+    long_cfg = load_config("demo-grpo4", [*SPELL, "task.options.prompt_form=full", "generation.max_new_tokens=64"])
+    long_task = make_task(long_cfg.task.name, **long_cfg.task.options)
+    with pytest.raises(ValueError, match="cannot fit the prompts: 'Question: Spell"):
+        render_all(long_cfg, long_task, list(long_task.train_prompts()), tokenizer)
+    hub = load_config("demo-grpo4", [*SPELL, "task.options.prompt_form=full", "generation.max_new_tokens=64",
+                                     "policy.name_or_path=some/hub-model"])  # fmt: skip
+    assert len(render_all(hub, long_task, list(long_task.train_prompts()), tokenizer)) == len(long_task.train_prompts())

@@ -545,10 +545,14 @@ def _row_key(row: dict[str, Any], text: str) -> str:
 
 
 class _StepTimer(TrainerCallback):
-    """Wall time of optimizer steps ``skip + 1 .. N`` (``on_step_begin`` → ``on_step_end``), generation included."""
+    """Wall time of optimizer steps ``skip + 1 .. N`` (``on_step_begin`` → ``on_step_end``), generation included.
 
-    def __init__(self, skip: int) -> None:
+    With ``window_s``, training stops at the end of the first timed step that brings the total to ``window_s``.
+    """
+
+    def __init__(self, skip: int, window_s: float | None = None) -> None:
         self.skip = skip
+        self.window_s = window_s
         self.seconds = 0.0
         self.steps = 0
         self._start: float | None = None
@@ -561,6 +565,8 @@ class _StepTimer(TrainerCallback):
             self.seconds += time.perf_counter() - self._start
             self.steps += 1
             self._start = None
+            if self.window_s is not None and self.seconds >= self.window_s:
+                control.should_training_stop = True
 
 
 @contextlib.contextmanager
@@ -587,6 +593,8 @@ def trl_grpo_rollouts_per_s(
     steps: int,
     seed: int = 0,
     output_dir: str,
+    window_s: float | None = None,
+    warmup_steps: int = 1,
 ) -> dict[str, float]:
     """Throughput of plain ``trl.GRPOTrainer`` (no v05) on CPU: rollouts per second over training steps.
 
@@ -594,9 +602,11 @@ def trl_grpo_rollouts_per_s(
     HF ``generate`` path (no vLLM; ``temperature=1``, ``max_completion_length=max_new_tokens``), scores them and takes
     one AdamW step (lr 1e-4 constant, ``beta=0``: no reference model, ``num_iterations=1``, one generation per step,
     no activation checkpointing, no eval, no saving, no logging or printing, ``report_to=[]``). The clock runs from
-    ``on_step_begin`` to ``on_step_end`` of steps 2..N (a ``TrainerCallback``), so setup and the first step's
-    warm-up are excluded; with ``steps=1`` step 1 is timed. The model is deep-copied (the caller's weights are not
-    trained) and the caller's global RNG states are restored after TRL's ``set_seed``.
+    ``on_step_begin`` to ``on_step_end`` of the steps after the first ``warmup_steps`` (a ``TrainerCallback``), so
+    setup and the warm-up are excluded; with ``steps <= warmup_steps`` every step is timed. With ``window_s`` the
+    run is a fixed wall-clock window: it stops once the timed steps sum to ``window_s`` seconds (``steps`` is then
+    only a cap). The model is deep-copied (the caller's weights are not trained) and the caller's global RNG states
+    are restored after TRL's ``set_seed``.
 
     Args:
         model: a causal LM (``PreTrainedModel``) on CPU.
@@ -610,6 +620,8 @@ def trl_grpo_rollouts_per_s(
         steps: optimizer steps (≥ 1).
         seed: TRL's ``seed`` (sampling and data order).
         output_dir: TRL's ``output_dir`` (nothing is saved there).
+        window_s: stop once the timed steps have taken this many seconds (None: run all ``steps``).
+        warmup_steps: first optimizer steps left out of the clock (≥ 0).
 
     Returns:
         ``{"rollouts", "seconds", "rollouts_per_s", "steps"}`` over the timed steps, plus ``"warmup_steps"``.
@@ -623,9 +635,12 @@ def trl_grpo_rollouts_per_s(
         ("batch_prompts", batch_prompts, 1),
         ("max_new_tokens", max_new_tokens, 1),
         ("steps", steps, 1),
+        ("warmup_steps", warmup_steps, 0),
     ):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    if window_s is not None and not window_s > 0:
+        raise ValueError(f"window_s must be > 0 seconds or None, got {window_s!r}")
     if len(prompts) < batch_prompts:
         raise ValueError(f"need at least batch_prompts={batch_prompts} prompts, got {len(prompts)}")
     from datasets import Dataset  # noqa: PLC0415
@@ -651,8 +666,8 @@ def trl_grpo_rollouts_per_s(
         temperature=1.0,
         seed=seed,
     )
-    skip = 1 if steps > 1 else 0
-    timer = _StepTimer(skip)
+    skip = warmup_steps if steps > warmup_steps else 0
+    timer = _StepTimer(skip, window_s)
     with _restore_global_rngs():
         trainer = trl.GRPOTrainer(
             model=copy.deepcopy(model),

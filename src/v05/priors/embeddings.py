@@ -350,7 +350,7 @@ class Embedder:
             "sha256": hashlib.sha256(data.tobytes()).hexdigest(),
             "backend": self.backend.id,
         }
-        tmp = directory / f".{name}.tmp"
+        tmp = directory / f".{name}.{os.getpid()}.tmp"  # per process: parallel runs may write the same shard
         save_file({"embeddings": data}, str(tmp), metadata=meta)
         os.replace(tmp, directory / f"{name}.safetensors")  # atomic: readers never see a half-written shard
 

@@ -185,6 +185,22 @@ def _draw_value(fig: Any, groups: dict[str, list[Run]], colors: dict[str, str], 
     return notes
 
 
+def _draw_prior(fig: Any, groups: dict[str, list[Run]], colors: dict[str, str], target: float | None) -> list[str]:
+    """The prior's online calibration: AUC on the step's groups, its error variance τ² and the weight n0."""
+    notes = []
+    for ax, key, title in zip(
+        fig.subplots(1, 3),
+        ("prior/auc", "prior/tau2", "prior/n0"),
+        ("AUC of the prior for p ≥ 0.5", "τ² (prior error variance)", "n0 (the prior's weight in rollouts)"),
+        strict=True,
+    ):
+        notes += _draw_curves(ax, groups, colors, "step", key, smooth=SMOOTH_WINDOW)
+        ax.set_xlabel("step")
+        ax.set_ylabel(f"{key} (moving average of {SMOOTH_WINDOW} steps)")
+        ax.set_title(title)
+    return notes
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class _Spec:
     filename: str
@@ -272,6 +288,15 @@ SPECS = (
         needs=(("step", "value/mae"), ("step", "value/auc")),
         draw=_draw_value,
         size=(12.0, 4.8),
+    ),
+    _Spec(
+        filename="prior.png",
+        title="The prior online",
+        caption="Where a method uses a prior: its AUC for p ≥ 0.5 on each step's groups, its calibrated error "
+        "variance τ² and the weight n0 = σ̄²/τ² it gets in rollouts (the provider's online calibration).",
+        needs=(("step", "prior/auc"), ("step", "prior/tau2"), ("step", "prior/n0")),
+        draw=_draw_prior,
+        size=(15.0, 4.8),
     ),
 )
 """Every figure of the report, in display order."""

@@ -32,7 +32,7 @@ from v05.tasks import TASKS
 from v05.train.critic import CriticConfig
 from v05.train.features import FeatureConfig
 from v05.train.loss import LossConfig
-from v05.train.policy import PolicyConfig
+from v05.train.policy import TINY_NAME, PolicyConfig
 from v05.train.sft import SFTConfig
 
 logger = logging.getLogger(__name__)
@@ -48,7 +48,8 @@ class TaskConfig:
     name: str = "arithmetic"
     """task name in ``v05.tasks.TASKS`` (arithmetic, reasoning_gym, math_file)."""
     options: dict[str, Any] = field(default_factory=dict)
-    """keyword options of the task (e.g. ``n_train``, ``dataset``, ``path``, ``question_field``)."""
+    """keyword options of the task (e.g. ``n_train``, ``dataset``, ``path``, ``question_field``). A reasoning_gym
+    task with the tiny policy gets ``prompt_form: compact`` unless one is given (:func:`resolve_prompt_form`)."""
     template: Literal["auto", "chat", "plain"] = "auto"
     """prompt rendering: the tokenizer's chat template (instruct models), the task's plain template, or auto."""
     system_prompt: str | None = None
@@ -316,8 +317,24 @@ def load_config(config: str | None = None, overrides: list[str] | tuple[str, ...
         raise ValueError(f"bad config: {err}") from None
     if quick:
         cfg = quick_config(cfg)
+    cfg = resolve_prompt_form(cfg)
     check_config(cfg)
     return cfg
+
+
+def resolve_prompt_form(cfg: TrainConfig) -> TrainConfig:
+    """Give a reasoning_gym task the compact prompt form when the policy is the char-level tiny model.
+
+    The tiny policy reads 96 printable ASCII characters within ``policy.max_position_embeddings`` positions, so
+    reasoning-gym's long English questions are replaced by their compact form (``GymTask.prompt_form``). An explicit
+    ``task.options.prompt_form`` is kept; other tasks and policies are returned unchanged. The resolved value is part
+    of the config, hence of the run's ``config.yaml`` and of the warm start's cache key.
+    """
+    t = cfg.task
+    if t.name != "reasoning_gym" or cfg.policy.name_or_path != TINY_NAME or "prompt_form" in t.options:
+        return cfg
+    task = dataclasses.replace(t, options={**t.options, "prompt_form": "compact"})
+    return dataclasses.replace(cfg, task=task)
 
 
 def _literal_strings(node: Any) -> Any:
@@ -462,5 +479,6 @@ __all__ = [
     "packaged_configs",
     "quick_config",
     "resolve_config_path",
+    "resolve_prompt_form",
     "to_yaml",
 ]

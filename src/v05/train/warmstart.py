@@ -23,10 +23,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from v05.engines.hf import HFEngine
+from v05.engines.hf import HFEngine, prompt_special_tokens
 from v05.tasks import Prompt, Task, make_task, render_prompt
 from v05.tasks.arithmetic import ArithmeticTask, make_sft_examples
-from v05.train.policy import load_policy, save_policy
+from v05.train.policy import TINY_NAME, load_policy, save_policy
 from v05.train.sft import sft_warmup
 
 logger = logging.getLogger(__name__)
@@ -95,8 +95,8 @@ def ensure_warm_start(cfg: Any, *, progress: bool = True) -> Path:
         )
     model, tokenizer = load_policy(cfg.policy)
     examples = sft_examples(task, cfg.warmup.n_examples, cfg.warmup.sft.seed + 1)
-    pairs = [(_render(cfg, task, p, tokenizer), task.sft_target(p)) for p in examples]
-    held_text = [_render(cfg, task, p, tokenizer) for p in held_out]
+    pairs = list(zip(render_all(cfg, task, examples, tokenizer), map(task.sft_target, examples), strict=True))
+    held_text = render_all(cfg, task, held_out, tokenizer)
     gen = dataclasses.replace(cfg.generation, temperature=1.0)
 
     def evaluate(m: Any) -> float:
@@ -126,9 +126,34 @@ def _render(cfg: Any, task: Task, prompt: Prompt, tokenizer: object) -> str:
                          instruction=t.instruction)  # fmt: skip
 
 
-def render_all(cfg: Any, task: Task, prompts: Sequence[Prompt], tokenizer: object) -> list[str]:
-    """Every prompt rendered with the run's template (chat or plain)."""
-    return [_render(cfg, task, p, tokenizer) for p in prompts]
+def render_all(cfg: Any, task: Task, prompts: Sequence[Prompt], tokenizer: Any) -> list[str]:
+    """Every prompt rendered with the run's template (chat or plain).
+
+    Raises:
+        ValueError: the policy is the tiny model and the longest rendered prompt plus ``generation.max_new_tokens``
+            exceeds its ``policy.max_position_embeddings`` (the engine would cut the prompts' first characters).
+    """
+    texts = [_render(cfg, task, p, tokenizer) for p in prompts]
+    if cfg.policy.name_or_path == TINY_NAME and texts:
+        _check_tiny_context(cfg, texts, tokenizer)
+    return texts
+
+
+def _check_tiny_context(cfg: Any, texts: list[str], tokenizer: Any) -> None:
+    """Refuse prompts that do not fit the tiny policy's context with room for the response."""
+    encoded = tokenizer(texts, add_special_tokens=prompt_special_tokens(tokenizer))["input_ids"]
+    i = max(range(len(texts)), key=lambda j: len(encoded[j]))
+    n_new, limit = cfg.generation.max_new_tokens, cfg.policy.max_position_embeddings
+    if len(encoded[i]) + n_new > limit:
+        raise ValueError(
+            f"the tiny policy's context cannot fit the prompts: {_head(texts[i])} is {len(encoded[i])} tokens, + "
+            f"generation.max_new_tokens={n_new} > policy.max_position_embeddings={limit}; shorten the prompts "
+            "(task.options: prompt_form=compact, a smaller dataset config) or raise policy.max_position_embeddings"
+        )
+
+
+def _head(text: str, n: int = 40) -> str:
+    return repr(text) if len(text) <= n else f"{text[:n]!r}..."
 
 
 __all__ = ["ensure_warm_start", "render_all", "sft_examples", "warm_start_config", "warm_start_dir"]

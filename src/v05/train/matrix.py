@@ -1,0 +1,1077 @@
+"""``v05 bench matrix GRID.yaml``: every method of a declared grid, on every task setting, at one budget per task.
+
+A grid (YAML, ``benchmarks/grids/``) names task settings (each a list of config overrides and its regime), methods
+(a packaged config or file plus overrides) and seeds. Each cell (task, method, seed) is a normal run directory
+``OUT/TASK/METHOD-sSEED``: a finished cell is reused, an interrupted one resumed, so the grid can run in parts.
+Cells run one at a time, or in ``workers`` separate processes (one torch thread each).
+
+Per task the results compare every method to the reference (GRPO k = 4 by default) on the same seeds (a seed fixes
+the warm start and the prompt order, so runs of one seed are paired):
+
+- ``final_mean`` and ``final_ci95``: each seed's last eval, mean ± t₀.₉₇₅(n−1)·SE;
+- ``paired_diff_mean`` ± ``paired_diff_se``: eval − reference eval, seed by seed, averaged over the common rollout
+  grid (:func:`paired_difference`), then mean ± SE over seeds;
+- ``rollout_ratio``: rollouts the seed-mean curve needs to reach the reference's final ÷ the reference's own;
+  ``rollout_ratio_gain90`` the same for warm start + 90 % of the reference's gain (a threshold off the plateau),
+  with a paired bootstrap CI over seeds (``rollout_ratio_gain90_ci95``; the upper end is None when a resample never
+  reaches it); ``compute_ratio`` the same crossing in token-passes. None: never reached;
+- ``grad_norm_mean`` (each seed's mean over steps), ``grad_norm_sd`` (its std over steps), ``entropy_final``.
+
+The report (``OUT/index.html``, one ``OUT/TASK/report/report.html`` with the PNGs per task) and ``docs/results.md``
+(:func:`results_markdown`) are written from the same numbers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import html
+import json
+import logging
+import math
+import os
+import platform
+import signal
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+from tqdm.auto import tqdm
+
+from v05.report.html import write_report
+from v05.report.runs import (
+    COMPUTE_KEY,
+    EVAL_KEY,
+    ROLLOUTS_KEY,
+    Run,
+    first_crossing,
+    load_run,
+    mean_curve,
+    mean_se,
+    seed_mean,
+)
+from v05.train.config import TrainConfig, load_config, to_yaml
+from v05.train.loop import train
+from v05.train.rundir import latest_checkpoint
+from v05.train.warmstart import ensure_warm_start, warm_start_dir
+
+logger = logging.getLogger(__name__)
+
+REGIMES = ("easy", "hard")
+FAMILIES = ("grpo", "v05", "other")
+V05_ESTIMATORS = ("v05", "v05_eb")
+"""Estimators of v05's V0.5 line: a method using one is of family ``"v05"``."""
+GAIN_FRACTION = 0.9
+"""``rollout_ratio_gain90``'s threshold: warm start + this fraction of the reference's gain."""
+BOOTSTRAP_RESAMPLES = 2000
+"""Paired bootstrap resamples of the seeds for ``rollout_ratio_gain90_ci95``."""
+RESULTS_NAME = "matrix.json"
+
+# two-sided 95 % Student-t quantiles t_{0.975}(df), df = 1..30 (beyond: 1.96)
+_T975 = (
+    12.706,
+    4.303,
+    3.182,
+    2.776,
+    2.571,
+    2.447,
+    2.365,
+    2.306,
+    2.262,
+    2.228,
+    2.201,
+    2.179,
+    2.160,
+    2.145,
+    2.131,
+    2.120,
+    2.110,
+    2.101,
+    2.093,
+    2.086,
+    2.080,
+    2.074,
+    2.069,
+    2.064,
+    2.060,
+    2.056,
+    2.052,
+    2.048,
+    2.045,
+    2.042,
+)
+
+
+# -- the grid ------------------------------------------------------------------------------------------------------
+
+
+_frozen = dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+
+
+@_frozen
+class GridTask:
+    """One task setting: config overrides applied to every method (task, warm start, budget) and its regime."""
+
+    name: str
+    regime: str
+    overrides: tuple[str, ...] = ()
+    description: str = ""
+
+
+@_frozen
+class GridMethod:
+    """One method: a packaged config name or a YAML file, plus overrides; ``family`` None: from the config."""
+
+    name: str
+    config: str
+    overrides: tuple[str, ...] = ()
+    family: str | None = None
+
+
+@_frozen
+class Grid:
+    """A declared grid: tasks × methods × seeds; ``quick`` holds the smoke grid's seeds, methods and overrides."""
+
+    name: str
+    path: Path
+    seeds: tuple[int, ...]
+    reference: str
+    tasks: tuple[GridTask, ...]
+    methods: tuple[GridMethod, ...]
+    overrides: tuple[str, ...] = ()
+    quick_seeds: tuple[int, ...] = (0,)
+    quick_methods: tuple[str, ...] = ()
+    quick_overrides: tuple[str, ...] = ()
+
+    def for_quick(self) -> Grid:
+        """The smoke grid: every task setting, the ``quick`` methods (the reference first) and seeds."""
+        names = [self.reference, *(m for m in self.quick_methods if m != self.reference)]
+        methods = tuple(m for name in names for m in self.methods if m.name == name)
+        return dataclasses.replace(
+            self, seeds=self.quick_seeds, methods=methods, overrides=(*self.overrides, *self.quick_overrides)
+        )
+
+
+@_frozen
+class Cell:
+    """One run of the grid: a task setting, a method and a seed, its config and run directory."""
+
+    task: GridTask
+    method: GridMethod
+    seed: int
+    run_dir: Path
+    cfg: TrainConfig
+
+
+def load_grid(path: str | Path) -> Grid:
+    """Read and check a grid file.
+
+    Format (every key but ``name``, ``tasks``, ``methods`` optional)::
+
+        name: standard
+        seeds: [0, 1, 2]
+        reference: grpo4                      # a method name; default grpo4
+        overrides: [eval.every=25]            # applied to every cell, first
+        tasks:
+          arithmetic-easy: {regime: easy, overrides: []}
+          arithmetic-hard: {regime: hard, overrides: [warmup.sft.target_pass_rate=0.15]}
+
+    Methods:
+          grpo4: demo-grpo4                   # a packaged config or a YAML file
+          grpo8: {config: demo-grpo4, overrides: [allocator.options.k=8]}
+        quick: {seeds: [0], methods: [grpo4, grpo8], overrides: [train.max_rollouts=768]}
+
+    Raises:
+        ValueError: a missing or malformed entry; the message names it.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"grid file {path} does not exist")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as err:
+        raise ValueError(f"{path}: not valid YAML ({err})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a mapping with name, tasks and methods")
+    unknown = sorted(
+        set(data) - {"name", "description", "seeds", "reference", "overrides", "tasks", "methods", "quick"}
+    )
+    if unknown:
+        raise ValueError(f"{path}: unknown key(s) {', '.join(unknown)}")
+
+    def strings(value: object, where: str) -> tuple[str, ...]:
+        if value is None:
+            return ()
+        if not isinstance(value, list) or not all(isinstance(v, str) and "=" in v for v in value):
+            raise ValueError(f"{path}: {where} must be a list of key=value strings, got {value!r}")
+        return tuple(value)
+
+    def seeds(value: object, where: str) -> tuple[int, ...]:
+        if not isinstance(value, list) or not value or not all(type(v) is int for v in value):
+            raise ValueError(f"{path}: {where} must be a non-empty list of integers, got {value!r}")
+        if len(set(value)) != len(value):
+            raise ValueError(f"{path}: {where} repeats a seed: {value}")
+        return tuple(value)
+
+    tasks_raw, methods_raw = data.get("tasks"), data.get("methods")
+    if not isinstance(tasks_raw, dict) or not tasks_raw:
+        raise ValueError(f"{path}: tasks must be a non-empty mapping of task setting names")
+    if not isinstance(methods_raw, dict) or not methods_raw:
+        raise ValueError(f"{path}: methods must be a non-empty mapping of method names")
+    tasks = []
+    for name, spec in tasks_raw.items():
+        spec = spec or {}
+        if not isinstance(spec, dict) or set(spec) - {"regime", "overrides", "description"}:
+            raise ValueError(f"{path}: task {name!r} takes regime, overrides and description, got {spec!r}")
+        regime = spec.get("regime", "easy")
+        if regime not in REGIMES:
+            raise ValueError(f"{path}: task {name!r} regime must be one of {', '.join(REGIMES)}, got {regime!r}")
+        tasks.append(
+            GridTask(
+                name=_name(name, path),
+                regime=regime,
+                description=str(spec.get("description", "")),
+                overrides=strings(spec.get("overrides"), f"tasks.{name}.overrides"),
+            )
+        )
+    methods = []
+    for name, spec in methods_raw.items():
+        if isinstance(spec, str):
+            spec = {"config": spec}
+        if not isinstance(spec, dict) or "config" not in spec or set(spec) - {"config", "overrides", "family"}:
+            raise ValueError(f"{path}: method {name!r} needs config (and may have overrides, family), got {spec!r}")
+        family = spec.get("family")
+        if family is not None and family not in FAMILIES:
+            raise ValueError(f"{path}: method {name!r} family must be one of {', '.join(FAMILIES)}, got {family!r}")
+        config = str(spec["config"])
+        if config.endswith((".yaml", ".yml")) and not Path(config).is_absolute():
+            config = str((path.parent / config).resolve()) if (path.parent / config).is_file() else config
+        methods.append(
+            GridMethod(
+                name=_name(name, path),
+                config=config,
+                family=family,
+                overrides=strings(spec.get("overrides"), f"methods.{name}.overrides"),
+            )
+        )
+    names = [m.name for m in methods]
+    reference = data.get("reference", "grpo4")
+    if reference not in names:
+        raise ValueError(f"{path}: reference {reference!r} is not one of the methods ({', '.join(names)})")
+    quick = data.get("quick") or {}
+    if not isinstance(quick, dict) or set(quick) - {"seeds", "methods", "overrides"}:
+        raise ValueError(f"{path}: quick takes seeds, methods and overrides, got {quick!r}")
+    quick_methods = quick.get("methods", [reference])
+    if not isinstance(quick_methods, list) or set(quick_methods) - set(names):
+        raise ValueError(f"{path}: quick.methods must list methods of the grid, got {quick_methods!r}")
+    return Grid(
+        name=str(data.get("name") or path.stem),
+        path=path,
+        seeds=seeds(data.get("seeds", [0, 1, 2]), "seeds"),
+        reference=reference,
+        tasks=tuple(tasks),
+        methods=tuple(methods),
+        overrides=strings(data.get("overrides"), "overrides"),
+        quick_seeds=seeds(quick.get("seeds", [0]), "quick.seeds"),
+        quick_methods=tuple(quick_methods),
+        quick_overrides=strings(quick.get("overrides"), "quick.overrides"),
+    )
+
+
+def _name(name: object, path: Path) -> str:
+    text = str(name)
+    if not text or any(c in text for c in "/\\ ") or text.startswith("."):
+        raise ValueError(f"{path}: {text!r} is not a usable name (no spaces, slashes or leading dot)")
+    return text
+
+
+def grid_cells(grid: Grid, out: Path, *, quick: bool = False) -> list[Cell]:
+    """Every (task, seed, method) cell with its checked config, seed-major so that early cells pair up.
+
+    The overrides apply in the order grid, task, method, then ``name=METHOD`` and ``seed=SEED``.
+
+    Raises:
+        ValueError: a cell's config does not load (the message names the cell).
+    """
+    cells = []
+    for task in grid.tasks:
+        for seed in grid.seeds:
+            for method in grid.methods:
+                overrides = (*grid.overrides, *task.overrides, *method.overrides, f"name={method.name}", f"seed={seed}")
+                try:
+                    cfg = load_config(method.config, overrides, quick=quick)
+                except ValueError as err:
+                    raise ValueError(f"grid cell {task.name}/{method.name}: {err}") from None
+                run_dir = out / task.name / f"{method.name}-s{seed}"
+                cells.append(Cell(task=task, method=method, seed=seed, run_dir=run_dir, cfg=cfg))
+    return cells
+
+
+def cell_state(cell: Cell) -> str:
+    """``"done"`` (a finished run of this config), ``"resume"`` (a checkpoint), or ``"new"``.
+
+    Raises:
+        ValueError: the run directory holds a run of another config (the grid changed: delete it or use another
+            ``--out``).
+    """
+    saved = cell.run_dir / "config.yaml"
+    if saved.is_file() and saved.read_text(encoding="utf-8") != to_yaml(cell.cfg):
+        raise ValueError(
+            f"{cell.run_dir} holds a run of another config than the grid's cell {cell.task.name}/{cell.method.name}: "
+            "delete it or pass another --out"
+        )
+    if (cell.run_dir / "final").is_dir():
+        return "done"
+    return "resume" if latest_checkpoint(cell.run_dir) is not None else "new"
+
+
+def _run_cell(cfg: TrainConfig, run_dir: str, resume: bool) -> tuple[str, bool]:
+    """Train one cell (in this process or a worker); returns (run_dir, interrupted)."""
+    result = train(cfg, Path(run_dir), resume=resume)
+    return run_dir, result.interrupted
+
+
+def _warm(cfg: TrainConfig) -> str:
+    return str(ensure_warm_start(cfg, progress=False))
+
+
+def run_grid(cells: Sequence[Cell], *, workers: int = 1, progress: bool = True) -> dict[str, str]:
+    """Train every cell that is not finished; returns {run_dir: error} for the cells that failed.
+
+    Warm starts are trained first (one per distinct warm start, so parallel cells never train the same one), then
+    the cells; with ``workers`` > 1 each cell runs in a fresh spawned process. A failing cell is logged and
+    skipped (its error returned); an interrupt stops the grid with every started cell checkpointed.
+    """
+    states = {c.run_dir: cell_state(c) for c in cells}
+    todo = [c for c in cells if states[c.run_dir] != "done"]
+    logger.info("grid: %d cells, %d finished, %d to run", len(cells), len(cells) - len(todo), len(todo))
+    warm = {warm_start_dir(c.cfg): c.cfg for c in todo if c.cfg.warmup.enabled}
+    missing = [cfg for d, cfg in warm.items() if not (d / "sft.json").is_file()]
+    failures: dict[str, str] = {}
+    bar = tqdm(total=len(missing) + len(todo), desc="grid", unit="run", disable=not progress, dynamic_ncols=True)
+    jobs = [(_warm, (cfg,), f"warm start {warm_start_dir(cfg).name}") for cfg in missing]
+    try:
+        _execute(jobs, workers, bar, failures)
+        cell_jobs = [(_run_cell, (c.cfg, str(c.run_dir), states[c.run_dir] == "resume"), str(c.run_dir)) for c in todo]
+        _execute(cell_jobs, workers, bar, failures)
+    finally:
+        bar.close()
+    return failures
+
+
+def _execute(jobs: list[tuple[Any, tuple[Any, ...], str]], workers: int, bar: Any, failures: dict[str, str]) -> None:
+    def done(label: str, result: Any) -> None:
+        if isinstance(result, tuple) and result[1]:
+            raise KeyboardInterrupt(f"{label} interrupted (checkpoint saved; re-run the grid to resume)")
+        bar.update(1)
+        bar.set_postfix_str(Path(label).name if "/" in label else label)
+
+    if workers <= 1:
+        for fn, args, label in jobs:
+            try:
+                done(label, fn(*args))
+            except (ValueError, RuntimeError, OSError) as err:
+                logger.error("%s failed: %s", label, err)
+                failures[label] = f"{type(err).__name__}: {err}"
+                bar.update(1)
+        return
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"), max_tasks_per_child=1)
+    futures: dict[Any, str] = {}
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM stops the grid as Ctrl-C does
+    try:
+        futures = {pool.submit(fn, *args): label for fn, args, label in jobs}
+        for future in as_completed(futures):
+            label = futures[future]
+            try:
+                done(label, future.result())
+            except (ValueError, RuntimeError, OSError) as err:
+                logger.error("%s failed: %s", label, err)
+                failures[label] = f"{type(err).__name__}: {err}"
+                bar.update(1)
+    except BaseException:
+        # interrupted: start nothing new, let the running cells checkpoint (SIGINT: the trainer saves and stops)
+        for future in futures:
+            future.cancel()
+        for proc in list(getattr(pool, "_processes", {}).values()):
+            if proc.is_alive():
+                os.kill(proc.pid, signal.SIGINT)
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    pool.shutdown(wait=True)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+# -- the statistics ------------------------------------------------------------------------------------------------
+
+
+def t_interval(values: Sequence[float]) -> tuple[float, float] | None:
+    """95 % Student-t interval of the mean: x̄ ± t₀.₉₇₅(n − 1)·s/√n (None for fewer than 2 values).
+
+    >>> [round(v, 3) for v in t_interval([1.0, 3.0])]  # SE 1, t(1) = 12.706
+    [-10.706, 14.706]
+    """
+    if len(values) < 2:
+        return None
+    v = np.asarray(values, np.float64)
+    se = float(v.std(ddof=1) / math.sqrt(v.size))
+    t = _T975[v.size - 2] if v.size - 1 <= len(_T975) else 1.96
+    return float(v.mean()) - t * se, float(v.mean()) + t * se
+
+
+def paired_difference(runs: Sequence[Run], reference: Sequence[Run]) -> dict[str, float | int | None]:
+    """Eval − reference eval, seed by seed, averaged over the rollout grid both cover; mean ± SE over seeds.
+
+        d_s = mean_{x ∈ grid_s} (y_s(x) − y^ref_s(x)),   grid_s = eval points of either run in the common range,
+        mean = (1/n) Σ d_s,   se = std(d, ddof=1)/√n
+
+    Runs of one seed share the warm start and the prompt order, so d_s cancels most of the seed-to-seed spread.
+    Seeds missing from either group are left out.
+
+    Returns:
+        ``{"mean", "se", "n"}`` (None where no seed pairs up; se 0 with one seed).
+    """
+    ref = {r.seed: r for r in reference}
+    diffs = []
+    for run in runs:
+        other = ref.get(run.seed)
+        if other is None:
+            continue
+        x, y = run.series_vs(ROLLOUTS_KEY, EVAL_KEY)
+        xr, yr = other.series_vs(ROLLOUTS_KEY, EVAL_KEY)
+        if x.size == 0 or xr.size == 0:
+            continue
+        lo, hi = max(x[0], xr[0]), min(x[-1], xr[-1])
+        grid = np.unique(np.concatenate([x, xr]))
+        grid = grid[(grid >= lo) & (grid <= hi)]
+        if grid.size:
+            diffs.append(float(np.mean(np.interp(grid, x, y) - np.interp(grid, xr, yr))))
+    if not diffs:
+        return {"mean": None, "se": None, "n": 0}
+    mean, se = mean_se(diffs)
+    return {"mean": mean, "se": se, "n": len(diffs)}
+
+
+def compute_at(runs: Sequence[Run], rollouts: float) -> float:
+    """Token-passes after ``rollouts`` rollouts: each seed's (rollouts_total, compute_total) interpolated, averaged.
+
+    (The seeds' compute curves end at different x, so a seed-mean curve over compute would be cut at the shortest.)
+    """
+    return float(np.mean([np.interp(rollouts, *r.series_vs(ROLLOUTS_KEY, COMPUTE_KEY)) for r in runs]))
+
+
+def _reach(runs: Sequence[Run], target: float) -> float | None:
+    curve = mean_curve(runs, ROLLOUTS_KEY)
+    return first_crossing(curve.x, curve.mean, target) if curve.n_seeds else None
+
+
+def _ratio(value: float | None, ref: float | None) -> float | None:
+    # undefined when the method never reaches the target, or the reference reaches it at no cost (warm start)
+    return None if value is None or not ref else value / ref
+
+
+def _start_eval(run: Run) -> float | None:
+    x, y = run.series_vs(ROLLOUTS_KEY, EVAL_KEY)
+    return float(y[0]) if x.size and x[0] == 0 else None
+
+
+def gain_targets(reference: Sequence[Run]) -> tuple[float, float, float]:
+    """(warm-start eval, the reference's final, warm + GAIN_FRACTION · gain) from the reference's seed-mean curve."""
+    curve = mean_curve(reference, ROLLOUTS_KEY)
+    starts = [v for v in (_start_eval(r) for r in reference) if v is not None]
+    warm = float(np.mean(starts)) if starts else float(curve.mean[0])
+    final = float(curve.mean[-1])
+    return warm, final, warm + GAIN_FRACTION * (final - warm)
+
+
+def gain90_bootstrap(
+    runs: Sequence[Run], reference: Sequence[Run], rng: np.random.Generator, *, resamples: int = BOOTSTRAP_RESAMPLES
+) -> dict[str, Any]:
+    """Paired bootstrap over seeds of ``rollout_ratio_gain90``: resample seeds (the same for method and reference).
+
+    Each resample recomputes the reference's warm start, final and 90 % threshold and both crossings. A resample in
+    which the method never reaches the threshold counts as +∞ (so the CI's upper end is None when ≥ 2.5 % never do).
+
+    Returns:
+        ``{"ci95": [lo, hi | None] | None, "never_frac": x}`` (ci95 None without paired seeds or with one seed).
+    """
+    ref = {r.seed: r for r in reference}
+    pairs = [(r, ref[r.seed]) for r in runs if r.seed in ref]
+    if len(pairs) < 2:
+        return {"ci95": None, "never_frac": None}
+    ratios = []
+    for _ in range(resamples):
+        pick = rng.integers(0, len(pairs), size=len(pairs))
+        m, rf = [pairs[i][0] for i in pick], [pairs[i][1] for i in pick]
+        _, _, threshold = gain_targets(rf)
+        ratio = _ratio(_reach(m, threshold), _reach(rf, threshold))
+        ratios.append(math.inf if ratio is None else ratio)
+    arr = np.asarray(ratios)
+    lo, hi = np.quantile(arr, [0.025, 0.975], method="inverted_cdf")  # no interpolation: +∞ stays +∞
+    return {
+        "ci95": [float(lo), None if not math.isfinite(hi) else float(hi)],
+        "never_frac": float(np.mean(~np.isfinite(arr))),
+    }
+
+
+def method_family(run: Run, declared: str | None = None) -> str:
+    """``"v05"`` for v05's V0.5 line (estimator v05 or v05_eb), ``"grpo"`` for GRPO at a fixed k, else ``"other"``."""
+    if declared is not None:
+        return declared
+    estimator, allocator = run.config_value("estimator.name"), run.config_value("allocator.name")
+    if estimator in V05_ESTIMATORS:
+        return "v05"
+    return "grpo" if estimator == "grpo" and allocator == "fixed" else "other"
+
+
+def task_results(
+    task: GridTask, groups: dict[str, list[Run]], reference: str, methods: Sequence[GridMethod], *, seed: int = 0
+) -> dict[str, Any]:
+    """The matrix JSON of one task setting (the contract's ``tasks.TASK`` object)."""
+    ref_runs = groups[reference]
+    warm, ref_final, threshold = gain_targets(ref_runs)
+    ref_reach, ref_reach90 = _reach(ref_runs, ref_final), _reach(ref_runs, threshold)
+    ref_compute = None if ref_reach is None else compute_at(ref_runs, ref_reach)
+    ref_compute90 = None if ref_reach90 is None else compute_at(ref_runs, ref_reach90)
+    rng = np.random.default_rng(seed)
+    declared = {m.name: m for m in methods}
+    family = {n: method_family(g[0], declared[n].family if n in declared else None) for n, g in groups.items()}
+    grpos = [n for n in groups if family[n] == "grpo" and n != reference]
+    out = {}
+    for name, runs in groups.items():
+        finals = [v for v in (r.last(EVAL_KEY) for r in runs) if v is not None]
+        reach, reach90 = _reach(runs, ref_final), _reach(runs, threshold)
+        paired = paired_difference(runs, ref_runs)
+        grad_sd = [float(np.std(v)) for v in (r.series("grad_norm")[1] for r in runs) if v.size > 1]
+        boot = gain90_bootstrap(runs, ref_runs, rng) if name != reference else {"ci95": [1.0, 1.0], "never_frac": 0.0}
+        vs = {g: paired_difference(runs, groups[g]) for g in grpos if g != name}
+        out[name] = {
+            "family": family[name],
+            "config": declared[name].config if name in declared else runs[0].config_value("name"),
+            "overrides": list(declared[name].overrides) if name in declared else [],
+            "seeds": [r.seed for r in runs],
+            "final_mean": mean_se(finals)[0],
+            "final_se": mean_se(finals)[1],
+            "final_ci95": None if (ci := t_interval(finals)) is None else list(ci),
+            "paired_diff_mean": paired["mean"],
+            "paired_diff_se": paired["se"],
+            "paired_diff_n": paired["n"],
+            "paired_diff_vs": {g: {"mean": d["mean"], "se": d["se"], "n": d["n"]} for g, d in vs.items()},
+            "rollout_ratio": _ratio(reach, ref_reach),
+            "rollout_ratio_gain90": _ratio(reach90, ref_reach90),
+            "rollout_ratio_gain90_ci95": boot["ci95"],
+            "rollout_ratio_gain90_never_frac": boot["never_frac"],
+            "compute_ratio": _ratio(None if reach is None else compute_at(runs, reach), ref_compute),
+            "compute_ratio_gain90": _ratio(None if reach90 is None else compute_at(runs, reach90), ref_compute90),
+            "compute_per_rollout": float(
+                np.mean(
+                    [
+                        r.last(COMPUTE_KEY) / r.last(ROLLOUTS_KEY)
+                        for r in runs
+                        if r.last(COMPUTE_KEY) and r.last(ROLLOUTS_KEY)
+                    ]
+                    or [math.nan]
+                )
+            ),
+            "grad_norm_mean": seed_mean(runs, "grad_norm"),
+            "grad_norm_sd": mean_se(grad_sd)[0],
+            "entropy_final": mean_se([v for v in (r.last("entropy") for r in runs) if v is not None])[0],
+            "rollouts_per_prompt": seed_mean(runs, "rollouts_per_prompt"),
+            "all_equal_frac": seed_mean(runs, "all_equal_frac"),
+            "zero_adv_frac": seed_mean(runs, "zero_adv_frac"),
+            "prior_auc": seed_mean(runs, "prior/auc"),
+            "prior_tau2": seed_mean(runs, "prior/tau2"),
+            "prior_n0": seed_mean(runs, "prior/n0"),
+            "wall_time_s": mean_se([v for v in (r.last("wall_time") for r in runs) if v is not None])[0],
+        }
+    budget = ref_runs[0].config_value("train.max_rollouts")
+    return {
+        "reference": reference,
+        "regime": task.regime,
+        "description": task.description,
+        "overrides": list(task.overrides),
+        "warm_start_eval": warm,
+        "reference_final": ref_final,
+        "gain90_threshold": threshold,
+        "reference_last_quarter_gain": _last_quarter_gain(ref_runs),
+        "budget_rollouts": int(budget) if budget is not None else int(max(r.last(ROLLOUTS_KEY) or 0 for r in ref_runs)),
+        "methods": out,
+    }
+
+
+def _last_quarter_gain(runs: Sequence[Run]) -> float:
+    """The reference's seed-mean eval gain over the last quarter of its rollouts (> 0: still improving at the end)."""
+    curve = mean_curve(runs, ROLLOUTS_KEY)
+    x = curve.x[0] + 0.75 * (curve.x[-1] - curve.x[0])
+    return float(curve.mean[-1] - np.interp(x, curve.x, curve.mean))
+
+
+def _nan_to_none(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _nan_to_none(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_nan_to_none(v) for v in value]
+    return value
+
+
+def matrix_results(grid: Grid, cells: Sequence[Cell]) -> dict[str, Any]:
+    """The matrix JSON over the finished cells (a method with no finished seed on a task is left out of it).
+
+    Raises:
+        ValueError: the reference has no finished cell on some task.
+    """
+    tasks = {}
+    for task in grid.tasks:
+        groups: dict[str, list[Run]] = {}
+        for cell in cells:
+            if cell.task.name == task.name and (cell.run_dir / "final").is_dir():
+                groups.setdefault(cell.method.name, []).append(load_run(cell.run_dir))
+        if not groups:
+            continue
+        if grid.reference not in groups:
+            raise ValueError(f"task {task.name}: the reference {grid.reference} has no finished run yet")
+        tasks[task.name] = task_results(task, groups, grid.reference, grid.methods)
+    return _nan_to_none({"grid": grid.name, "tasks": tasks})
+
+
+# -- the report ----------------------------------------------------------------------------------------------------
+
+
+def _fmt(value: float | None, spec: str = ".3f", *, never: str = "never") -> str:
+    return never if value is None else format(value, spec)
+
+
+def _ratio_text(value: float | None) -> str:
+    return "never" if value is None else f"{value:.2f}×"
+
+
+def _ci_text(ci: list[float | None] | None) -> str:
+    if ci is None:
+        return "—"
+    lo, hi = ci
+    return f"[{_fmt(lo, '.2f')}, {'never' if hi is None else format(hi, '.2f')}]"
+
+
+def headline_rows(task: dict[str, Any]) -> list[list[str]]:
+    """One row per method: final ± CI, paired difference, the three ratios, grad norm, entropy, k."""
+    rows = []
+    for name, m in task["methods"].items():
+        ci = m["final_ci95"]
+        final = f"{_fmt(m['final_mean'])} [{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci else _fmt(m["final_mean"])
+        diff = (
+            "—"
+            if m["paired_diff_mean"] is None
+            else f"{100 * m['paired_diff_mean']:+.1f} ± {100 * m['paired_diff_se']:.1f}"
+        )
+        rows.append(
+            [
+                name + (" (ref)" if name == task["reference"] else ""),
+                m["family"],
+                str(len(m["seeds"])),
+                final,
+                diff,
+                _ratio_text(m["rollout_ratio"]),
+                _ratio_text(m["rollout_ratio_gain90"]),
+                _ci_text(m["rollout_ratio_gain90_ci95"]),
+                _ratio_text(m["compute_ratio"]),
+                _fmt(m["grad_norm_mean"]),
+                _fmt(m["entropy_final"]),
+                _fmt(m["rollouts_per_prompt"], ".2f"),
+            ]
+        )
+    return rows
+
+
+HEADLINE_COLUMNS = (
+    "method",
+    "family",
+    "seeds",
+    "final [95% CI]",
+    "paired Δ (points)",
+    "rollouts ÷ ref",
+    "rollouts ÷ ref (90% gain)",
+    "90% CI",
+    "compute ÷ ref",
+    "grad norm",
+    "entropy (final)",
+    "k/prompt",
+)
+
+
+def markdown_table(task: dict[str, Any]) -> str:
+    """The headline table of one task as GitHub markdown."""
+    lines = ["| " + " | ".join(HEADLINE_COLUMNS) + " |", "|" + "---|" * len(HEADLINE_COLUMNS)]
+    lines += ["| " + " | ".join(r) + " |" for r in headline_rows(task)]
+    return "\n".join(lines)
+
+
+def write_matrix_report(
+    grid: Grid, cells: Sequence[Cell], results: dict[str, Any], out: Path, *, meta: dict[str, Any]
+) -> Path:
+    """Per task ``OUT/TASK/report/`` (report.html, summary.json, PNGs) and ``OUT/index.html`` with every table."""
+    parts = []
+    for name, task in results["tasks"].items():
+        runs = [load_run(c.run_dir) for c in cells if c.task.name == name and (c.run_dir / "final").is_dir()]
+        report = write_report(
+            runs,
+            out / name / "report",
+            reference=task["reference"],
+            title=f"v05 bench matrix {grid.name}: {name} ({task['regime']})",
+        )
+        head = "".join(f"<th>{html.escape(h)}</th>" for h in HEADLINE_COLUMNS)
+        body = "".join(
+            "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in headline_rows(task)
+        )
+        parts.append(
+            f"<h2>{html.escape(name)} ({task['regime']})</h2><p>warm start {task['warm_start_eval']:.3f}, reference "
+            f"{html.escape(task['reference'])} final {task['reference_final']:.3f}, 90 % threshold "
+            f"{task['gain90_threshold']:.3f}, budget {task['budget_rollouts']:,} rollouts. "
+            f'<a href="{html.escape(str(report.relative_to(out)))}">curves and figures</a></p>'
+            f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+        )
+    page = (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>v05 bench matrix {html.escape(grid.name)}'
+        "</title><style>body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1400px}table{border-collapse:"
+        "collapse;font-size:.85em}th,td{border:1px solid #ccc;padding:.3em .5em}th{background:#f0f0f0}</style></head>"
+        f"<body><h1>v05 bench matrix: {html.escape(grid.name)}</h1><p><code>{html.escape(meta['command'])}</code>; "
+        f"{html.escape(meta['hardware'])}; generated {html.escape(meta['generated'])}.</p>"
+        f"{''.join(parts)}</body></html>\n"
+    )
+    path = out / "index.html"
+    path.write_text(page, encoding="utf-8")
+    return path
+
+
+def run_meta(command: str, cells: Sequence[Cell], elapsed_s: float) -> dict[str, Any]:
+    """Hardware, the command, this invocation's wall time and the summed wall time of every finished cell."""
+    walls = []
+    for c in cells:
+        if (c.run_dir / "final").is_dir():
+            wall = load_run(c.run_dir).last("wall_time")
+            walls.append(wall or 0.0)
+    cpu = platform.processor() or platform.machine()
+    return {
+        "command": command,
+        "hardware": f"{os.cpu_count()} CPU cores ({cpu}), {platform.system()} {platform.release()}, "
+        f"Python {platform.python_version()}",
+        "generated": datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
+        "cells_finished": len(walls),
+        "cells_total": len(cells),
+        "cells_wall_time_s": float(sum(walls)),
+        "invocation_wall_time_s": float(elapsed_s),
+    }
+
+
+# -- docs/results.md -----------------------------------------------------------------------------------------------
+
+README_BEGIN = "<!-- v05 bench matrix: begin (generated; do not edit) -->"
+README_END = "<!-- v05 bench matrix: end -->"
+
+PROTOCOL_MD = (
+    "Every method of a task setting starts from the same warm start per seed (the seed also fixes the prompt order), "
+    "uses the same learning rate (1e-4, cosine over the rollout budget) and stops at the same rollout budget; no "
+    "method was tuned. *final* is each seed's last eval pass rate (sampled, T = 1, the task's held-out split), mean "
+    "and 95 % t-interval over seeds. *paired Δ* is eval − reference eval on the same seed, averaged over the common "
+    "rollout grid (every eval), mean ± SE over seeds, in points. *rollouts ÷ ref* is the rollouts the seed-mean curve "
+    "needs to reach the reference's final, divided by the reference's own; the *90 % gain* column uses the threshold "
+    "warm start + 0.9 × the reference's gain instead (off the plateau), with a paired bootstrap 95 % CI over seeds "
+    "(*never* where resamples never reach it). *compute ÷ ref* is the same crossing in token-passes (a forward of one "
+    "token by one model counts 1, a backward 2): equal rollouts is not equal compute. grad norm is the mean over "
+    "steps, entropy the last step's."
+)
+
+
+def _m(task: dict[str, Any], name: str) -> dict[str, Any] | None:
+    return task["methods"].get(name)
+
+
+def _pts(d: float | None, se: float | None) -> str:
+    return "—" if d is None else f"{100 * d:+.1f} ± {100 * (se or 0.0):.1f} points"
+
+
+def _vs(task: dict[str, Any], name: str, other: str) -> tuple[float | None, float | None, int]:
+    """Paired difference of ``name`` against ``other`` (the reference or a GRPO method): mean, SE, seeds."""
+    m = _m(task, name)
+    if m is None or other not in task["methods"]:
+        return None, None, 0
+    if other == task["reference"]:
+        return m["paired_diff_mean"], m["paired_diff_se"], m["paired_diff_n"]
+    d = m["paired_diff_vs"].get(other)
+    return (d["mean"], d["se"], d["n"]) if d else (None, None, 0)
+
+
+def _significant(d: float | None, se: float | None, n: int) -> int | None:
+    """+1 / −1 when the paired difference is more than 2 SE from 0, 0 within; None with fewer than 2 seeds."""
+    if d is None or se is None or n < 2:
+        return None
+    return 0 if abs(d) <= 2 * se else (1 if d > 0 else -1)
+
+
+def claims(results: dict[str, Any]) -> list[str]:
+    """The paper's claims, one paragraph each: what the paper says, what each task setting of the matrix shows."""
+    tasks = results["tasks"]
+    out = []
+
+    def per_task(fn: Any) -> str:
+        return " ".join(f"**{name}**: {fn(t)}" for name, t in tasks.items())
+
+    def grad(t: dict[str, Any]) -> str:
+        v, rows = _m(t, "v05"), []
+        if v is None:
+            return "no `v05` run."
+        for g in ("grpo4", "grpo16"):
+            if (m := _m(t, g)) is not None and v["grad_norm_mean"] is not None and m["grad_norm_mean"] is not None:
+                lower = "lower" if v["grad_norm_mean"] < m["grad_norm_mean"] else "not lower"
+                smoother = "smoother" if (v["grad_norm_sd"] or 0) < (m["grad_norm_sd"] or 0) else "not smoother"
+                rows.append(
+                    f"{v['grad_norm_mean']:.3f} (sd {v['grad_norm_sd']:.3f}) vs {g} {m['grad_norm_mean']:.3f} "
+                    f"(sd {m['grad_norm_sd']:.3f}): {lower}, {smoother}"
+                )
+        return "; ".join(rows) + "."
+
+    out.append(
+        "**Gradient norm** (paper, Fig. 3: V0.5's gradient norm is lower and smoother than GRPO's). Mean over "
+        "steps and seeds, sd = its spread over steps, V0.5 with OSLA (`v05`) against GRPO. " + per_task(grad)
+    )
+
+    def ent(t: dict[str, Any]) -> str:
+        v, rows = _m(t, "v05"), []
+        if v is None or v["entropy_final"] is None:
+            return "no `v05` run."
+        for g in ("grpo4", "grpo16"):
+            if (m := _m(t, g)) is not None and m["entropy_final"] is not None:
+                word = "higher" if v["entropy_final"] > m["entropy_final"] else "not higher"
+                rows.append(f"{v['entropy_final']:.3f} vs {g} {m['entropy_final']:.3f} ({word})")
+        return "; ".join(rows) + "."
+
+    out.append(
+        "**Entropy** (paper, Fig. 4: V0.5 keeps a higher policy entropy than GRPO). Last step, mean over seeds. "
+        + per_task(ent)
+    )
+
+    def sparse(t: dict[str, Any]) -> str:
+        rows = []
+        for k in (1, 2, 4, 8):
+            d, se, n = _vs(t, f"v05_k{k}", "grpo16")
+            if d is None:
+                continue
+            verdict = {1: "beats", -1: "loses to", 0: "ties", None: "(1 seed, untested) vs"}[_significant(d, se, n)]
+            rows.append(f"k = {k} {verdict} GRPO@16 ({_pts(d, se)})")
+        return ("; ".join(rows) + ".") if rows else "not in the grid."
+
+    out.append(
+        "**Sparsity ablation** (paper: without OSLA, V0.5 at k = 1, 2 fails, while k = 4, 8 beat GRPO at k = 16). "
+        "Paired difference of `v05_k*` (fixed k, `combined` prior) to GRPO@16; *beats* / *loses to* = more "
+        "than 2 SE from 0. " + per_task(sparse)
+    )
+
+    def at4(t: dict[str, Any]) -> str:
+        rows = []
+        for g in ("grpo16", "grpo4"):
+            d, se, n = _vs(t, "v05_k4", g)
+            if d is not None:
+                verdict = {1: "better than", -1: "worse than", 0: "within 2 SE of", None: "(1 seed, untested) vs"}[
+                    _significant(d, se, n)
+                ]
+                rows.append(f"{verdict} GRPO@{g[4:]} ({_pts(d, se)})")
+        return ("; ".join(rows) + ".") if rows else "not in the grid."
+
+    out.append(
+        "**V0.5 at k = 4 vs GRPO** (paper: V0.5 at 4 rollouts beats GRPO at 16; the fair comparison at equal "
+        "rollouts is GRPO at 4). " + per_task(at4)
+    )
+
+    def best(t: dict[str, Any]) -> str:
+        v05 = [(n, m) for n, m in t["methods"].items() if m["family"] == "v05"]
+        if not v05:
+            return "no V0.5-line method."
+        n, m = max(v05, key=lambda nm: -math.inf if nm[1]["paired_diff_mean"] is None else nm[1]["paired_diff_mean"])
+        return (
+            f"best V0.5-line method `{n}`: {_pts(m['paired_diff_mean'], m['paired_diff_se'])}, rollouts ÷ ref "
+            f"{_ratio_text(m['rollout_ratio'])}, at 90 % of the gain {_ratio_text(m['rollout_ratio_gain90'])} "
+            f"{_ci_text(m['rollout_ratio_gain90_ci95'])}, compute ÷ ref {_ratio_text(m['compute_ratio'])}."
+        )
+
+    out.append(
+        "**The promise: the same learning for fewer rollouts**, against the better GRPO (the reference). "
+        + per_task(best)
+    )
+    return out
+
+
+def results_markdown(grid: Grid, results: dict[str, Any], meta: dict[str, Any]) -> str:
+    """``docs/results.md``: hardware, wall time and command, the protocol, one table per task setting, the claims."""
+    hours = meta["cells_wall_time_s"] / 3600
+    lines = [
+        f"# Results: `v05 bench matrix` on the `{grid.name}` grid",
+        "",
+        "Generated by the command below (every number on this page is written by it; do not edit by hand).",
+        "",
+        f"    {meta['command']}",
+        "",
+        f"- Hardware: {meta['hardware']}. Trained numbers are machine-specific (the warm start stops at a different "
+        "step on another CPU): compare methods within one run of the grid.",
+        (
+            "- **Partial: the grid has not finished; the tables show the finished cells.**"
+            if meta["cells_finished"] < meta["cells_total"]
+            else ""
+        ),
+        f"- Cells finished: {meta['cells_finished']} of {meta['cells_total']}; their summed wall time "
+        f"{hours:.2f} h (runs, evals included, warm starts excluded); generated {meta['generated']}.",
+        f"- Grid file: `{grid.path.as_posix()}`; seeds {', '.join(map(str, grid.seeds))}; "
+        f"reference `{grid.reference}`.",
+        "",
+        "## Protocol",
+        "",
+        PROTOCOL_MD,
+        "",
+    ]
+    for name, t in results["tasks"].items():
+        lines += [
+            f"## {name} ({t['regime']} regime)",
+            "",
+            (t["description"] + " ") if t["description"] else "",
+            f"Warm start {t['warm_start_eval']:.3f}; reference `{t['reference']}` final {t['reference_final']:.3f}; "
+            f"90 % threshold {t['gain90_threshold']:.3f}; budget {t['budget_rollouts']:,} rollouts per run; the "
+            f"reference gained {100 * t['reference_last_quarter_gain']:+.1f} points over the last quarter of it. "
+            f"Figures: `{name}/report/` under the grid's `--out` (eval vs rollouts and vs compute, grad norm, "
+            "entropy, k histogram, zero-advantage shares, the prior's AUC/τ²/n0).",
+            "",
+            markdown_table(t),
+            "",
+        ]
+    lines += ["## The paper's claims against the matrix", ""]
+    for c in claims(results):
+        lines += [f"- {c}", ""]
+    return "\n".join(line for line in lines if line is not None).rstrip() + "\n"
+
+
+def readme_section(results: dict[str, Any], meta: dict[str, Any], doc: str) -> str:
+    """The README's results section: the headline table per task setting and a pointer to ``doc``."""
+    lines = [
+        README_BEGIN,
+        "",
+        f"From `{meta['command']}` ({meta['hardware']}; all numbers and the paper's claims in [{doc}]({doc})).",
+        "",
+    ]
+    for name, t in results["tasks"].items():
+        lines += [
+            f"**{name}** ({t['regime']}: warm start {t['warm_start_eval']:.3f}, {t['budget_rollouts']:,} "
+            f"rollouts; reference `{t['reference']}` final {t['reference_final']:.3f})",
+            "",
+            markdown_table(t),
+            "",
+        ]
+    return "\n".join([*lines, README_END])
+
+
+def replace_readme_section(readme: Path, section: str) -> None:
+    """Put ``section`` between the README's markers (which must exist once each)."""
+    text = readme.read_text(encoding="utf-8")
+    if text.count(README_BEGIN) != 1 or text.count(README_END) != 1:
+        raise ValueError(f"{readme}: needs the markers {README_BEGIN!r} and {README_END!r} once each")
+    head, rest = text.split(README_BEGIN)
+    _, tail = rest.split(README_END)
+    readme.write_text(head + section + tail, encoding="utf-8")
+
+
+def bench_matrix(
+    grid_path: str | Path,
+    out: str | Path,
+    *,
+    quick: bool = False,
+    workers: int = 1,
+    json_path: str | Path | None = None,
+    doc: str | Path | None = None,
+    readme: str | Path | None = None,
+    command: str = "",
+    train_cells: bool = True,
+    progress: bool = True,
+    tasks: Sequence[str] | None = None,
+) -> dict[str, Any]:
+    """Run a grid (finished cells reused) and write the report, the JSON and, if asked, ``doc`` and the README section.
+
+    ``tasks`` restricts the run (and the results) to some task settings: the grid can run in parts.
+
+    Returns:
+        ``{"results": the contract JSON, "failures": {run_dir: error}, "meta": ..., "report": index.html}``.
+    """
+    start = time.monotonic()
+    grid = load_grid(grid_path)
+    if quick:
+        grid = grid.for_quick()
+    if tasks:
+        unknown = sorted(set(tasks) - {t.name for t in grid.tasks})
+        if unknown:
+            raise ValueError(
+                f"--tasks: unknown task setting(s) {', '.join(unknown)}; the grid has "
+                f"{', '.join(t.name for t in grid.tasks)}"
+            )
+        grid = dataclasses.replace(grid, tasks=tuple(t for t in grid.tasks if t.name in tasks))
+    out = Path(out)
+    cells = grid_cells(grid, out, quick=quick)
+    failures = run_grid(cells, workers=workers, progress=progress) if train_cells else {}
+    results = matrix_results(grid, cells)
+    meta = run_meta(command or f"v05 bench matrix {grid_path}", cells, time.monotonic() - start)
+    results["meta"] = meta
+    results["failures"] = failures
+    out.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(results, indent=2, allow_nan=False) + "\n"
+    (out / RESULTS_NAME).write_text(text, encoding="utf-8")
+    if json_path is not None:
+        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(json_path).write_text(text, encoding="utf-8")
+    report = write_matrix_report(grid, cells, results, out, meta=meta) if results["tasks"] else None
+    if doc is not None:
+        Path(doc).write_text(results_markdown(grid, results, meta), encoding="utf-8")
+    if readme is not None:
+        replace_readme_section(
+            Path(readme), readme_section(results, meta, Path(doc).as_posix() if doc else "docs/results.md")
+        )
+    return {"results": results, "failures": failures, "meta": meta, "report": report}
+
+
+__all__ = [
+    "BOOTSTRAP_RESAMPLES",
+    "README_BEGIN",
+    "README_END",
+    "FAMILIES",
+    "GAIN_FRACTION",
+    "REGIMES",
+    "Cell",
+    "Grid",
+    "GridMethod",
+    "GridTask",
+    "bench_matrix",
+    "cell_state",
+    "claims",
+    "compute_at",
+    "gain90_bootstrap",
+    "gain_targets",
+    "grid_cells",
+    "headline_rows",
+    "load_grid",
+    "markdown_table",
+    "matrix_results",
+    "method_family",
+    "paired_difference",
+    "readme_section",
+    "replace_readme_section",
+    "results_markdown",
+    "run_grid",
+    "run_meta",
+    "t_interval",
+    "task_results",
+    "write_matrix_report",
+]

@@ -1,0 +1,307 @@
+"""`v05 bench matrix`: the grid file, the statistics by hand, resumable cells, the JSON contract, the smoke grid."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from v05.report.runs import Run
+from v05.train.matrix import (
+    GridTask,
+    gain90_bootstrap,
+    gain_targets,
+    grid_cells,
+    load_grid,
+    method_family,
+    paired_difference,
+    results_markdown,
+    t_interval,
+    task_results,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+CONTRACT = {
+    "family",
+    "config",
+    "seeds",
+    "final_mean",
+    "final_ci95",
+    "paired_diff_mean",
+    "paired_diff_se",
+    "rollout_ratio",
+    "rollout_ratio_gain90",
+    "compute_ratio",
+    "grad_norm_mean",
+    "entropy_final",
+}
+
+
+def _run(
+    name: str,
+    seed: int,
+    evals: list[tuple[int, float]],
+    *,
+    estimator: str = "grpo",
+    allocator: str = "fixed",
+    compute_per_rollout: float = 10.0,
+    grad: float = 1.0,
+    entropy: float = 0.5,
+) -> Run:
+    """A run whose eval curve is the given (rollouts, eval) points, one step per point."""
+    rows = [
+        {
+            "step": i,
+            "rollouts_total": x,
+            "compute_total": compute_per_rollout * x,
+            "eval_pass_rate": y,
+            "grad_norm": grad * (1 + 0.1 * (i % 2)),
+            "entropy": entropy,
+        }
+        for i, (x, y) in enumerate(evals)
+    ]
+    config = {
+        "name": name,
+        "seed": seed,
+        "estimator": {"name": estimator},
+        "allocator": {"name": allocator},
+        "train": {"max_rollouts": evals[-1][0]},
+    }
+    return Run(path=Path(f"/nonexistent/{name}-s{seed}"), name=name, seed=seed, config=config, metrics=rows)
+
+
+def test_t_interval_and_paired_difference_by_hand():
+    """t(2) = 4.303 for three values; the paired difference averages over the union grid of both runs."""
+    lo, hi = t_interval([0.5, 0.6, 0.7])
+    assert (lo, hi) == pytest.approx((0.6 - 4.303 * 0.1 / math.sqrt(3), 0.6 + 4.303 * 0.1 / math.sqrt(3)))
+    assert t_interval([0.5]) is None
+    ref = [_run("ref", 0, [(0, 0.2), (100, 0.4)]), _run("ref", 1, [(0, 0.3), (100, 0.3)])]
+    # seed 0: method is ref + 0.1 on the grid {0, 50, 100}; seed 1: + 0.3 at the end only (0, 0.15, 0.3 -> 0.15)
+    m = [
+        _run("m", 0, [(0, 0.3), (50, 0.4), (100, 0.5)]),
+        _run("m", 1, [(0, 0.3), (100, 0.6)]),
+        _run("m", 2, [(0, 0.9), (100, 0.9)]),
+    ]  # seed 2 has no reference: left out
+    d = paired_difference(m, ref)
+    assert d["n"] == 2 and d["mean"] == pytest.approx((0.1 + 0.15) / 2)
+    assert d["se"] == pytest.approx(np.std([0.1, 0.15], ddof=1) / math.sqrt(2))
+
+
+def _task(groups: dict[str, list[Run]]) -> dict:
+    return task_results(GridTask(name="t", regime="hard"), groups, "grpo4", [])
+
+
+def test_ratios_thresholds_and_never_by_hand():
+    """Reference 0.2 -> 0.6 linearly over 1000 rollouts (both seeds): the 90 % threshold is 0.56, reached at 900.
+    A method twice as fast (0.2 -> 0.6 by 500, then flat) reaches the final at 500 and 0.56 at 450: ratios 0.5,
+    compute ratio 0.5 × its 3× token-passes per rollout = 1.5; a method that stays at 0.4 never reaches either."""
+    ref = [_run("grpo4", s, [(0, 0.2), (500, 0.4), (1000, 0.6)]) for s in (0, 1)]
+    fast = [_run("fast", s, [(0, 0.2), (500, 0.6), (1000, 0.6)], compute_per_rollout=30.0) for s in (0, 1)]
+    flat = [_run("flat", s, [(0, 0.2), (500, 0.4), (1000, 0.4)]) for s in (0, 1)]
+    res = _task({"grpo4": ref, "fast": fast, "flat": flat})
+    assert res["warm_start_eval"] == pytest.approx(0.2) and res["gain90_threshold"] == pytest.approx(0.56)
+    assert res["budget_rollouts"] == 1000 and res["reference_last_quarter_gain"] == pytest.approx(0.1)
+    f, n, r = res["methods"]["fast"], res["methods"]["flat"], res["methods"]["grpo4"]
+    assert f["rollout_ratio"] == pytest.approx(0.5) and f["rollout_ratio_gain90"] == pytest.approx(0.5)
+    assert f["compute_ratio"] == pytest.approx(1.5)
+    assert f["paired_diff_mean"] == pytest.approx(np.mean([0, 0.2, 0])) and f["paired_diff_se"] == 0.0
+    assert n["rollout_ratio"] is None and n["rollout_ratio_gain90"] is None and n["compute_ratio"] is None
+    assert n["rollout_ratio_gain90_ci95"][1] is None and n["rollout_ratio_gain90_never_frac"] == 1.0
+    assert r["rollout_ratio"] == 1.0 and r["paired_diff_mean"] == 0.0
+    assert CONTRACT <= set(f)
+
+
+def test_gain90_bootstrap_resamples_seeds_in_pairs():
+    """Seed 0 of the method is 2× faster than its reference seed, seed 1 as fast: every resample's ratio lies in
+    [0.5, 1], both ends are hit, and a resample's threshold comes from its own reference seeds."""
+    ref = [_run("grpo4", 0, [(0, 0.2), (1000, 0.6)]), _run("grpo4", 1, [(0, 0.4), (1000, 0.8)])]
+    m = [_run("m", 0, [(0, 0.2), (500, 0.6), (1000, 0.6)]), _run("m", 1, [(0, 0.4), (1000, 0.8)])]
+    boot = gain90_bootstrap(m, ref, np.random.default_rng(0), resamples=400)
+    lo, hi = boot["ci95"]
+    assert lo == pytest.approx(0.5) and hi == pytest.approx(1.0) and boot["never_frac"] == 0.0
+    assert gain_targets(ref) == pytest.approx((0.3, 0.7, 0.66))
+
+
+def test_family_from_the_config():
+    """v05 / v05_eb -> v05; grpo at a fixed k -> grpo; DAPO (grpo + dynamic sampling), RLOO, PPO -> other."""
+    assert method_family(_run("a", 0, [(0, 0.1)], estimator="v05_eb", allocator="osla")) == "v05"
+    assert method_family(_run("a", 0, [(0, 0.1)], estimator="v05")) == "v05"
+    assert method_family(_run("a", 0, [(0, 0.1)])) == "grpo"
+    assert method_family(_run("a", 0, [(0, 0.1)], allocator="dynamic_sampling")) == "other"
+    assert method_family(_run("a", 0, [(0, 0.1)], estimator="gae")) == "other"
+    assert method_family(_run("a", 0, [(0, 0.1)]), "other") == "other"
+
+
+def _write_grid(path: Path, body: dict) -> Path:
+    path.write_text(yaml.safe_dump(body))
+    return path
+
+
+def test_grid_file_errors_name_the_entry(tmp_path):
+    good = {"name": "g", "tasks": {"t": {"regime": "easy"}}, "methods": {"grpo4": "demo-grpo4"}}
+    load_grid(_write_grid(tmp_path / "ok.yaml", good))
+    bad = [
+        ({**good, "reference": "nope"}, "reference 'nope'"),
+        ({**good, "tasks": {"t": {"regime": "medium"}}}, "regime must be one of"),
+        ({**good, "methods": {"grpo4": {"overrides": []}}}, "needs config"),
+        ({**good, "overrides": ["train.steps"]}, "key=value"),
+        ({**good, "seeds": [0, 0]}, "repeats a seed"),
+        ({**good, "quick": {"methods": ["x"]}}, "quick.methods"),
+        ({**good, "extra": 1}, "unknown key"),
+        ({**good, "methods": {"a b": "demo-grpo4", "grpo4": "demo-grpo4"}}, "not a usable name"),
+    ]
+    for body, message in bad:
+        with pytest.raises(ValueError, match=message):
+            load_grid(_write_grid(tmp_path / "bad.yaml", body))
+    with pytest.raises(ValueError, match="does not exist"):
+        load_grid(tmp_path / "missing.yaml")
+
+
+def test_the_standard_grid_resolves_every_cell(tmp_path):
+    """Every cell of benchmarks/grids/standard.yaml loads (3 task settings × 22 methods × 3 seeds), its name is the
+    method's and each method has the budget of its task; the quick grid keeps every task setting."""
+    grid = load_grid(REPO / "benchmarks/grids/standard.yaml")
+    cells = grid_cells(grid, tmp_path)
+    assert len(cells) == len(grid.tasks) * len(grid.methods) * 3 and len(grid.tasks) == 3
+    assert {c.task.regime for c in cells} == {"easy", "hard"}
+    assert all(c.cfg.name == c.method.name and c.cfg.seed == c.seed for c in cells)
+    budgets = {(c.task.name, c.cfg.train.max_rollouts) for c in cells}
+    assert len(budgets) == len(grid.tasks)  # one budget per task setting, the same for every method
+    lrs = {c.cfg.optim.lr for c in cells}
+    assert lrs == {1.0e-4}  # one learning rate for every method
+    quick = grid.for_quick()
+    assert quick.methods[0].name == grid.reference and len(quick.tasks) == 3 and quick.seeds == (0,)
+
+
+@pytest.fixture
+def tiny_grid(tmp_path, tiny_overrides):
+    body = {
+        "name": "tiny",
+        "seeds": [0, 1],
+        "overrides": [*tiny_overrides, "train.max_rollouts=96", "train.steps=50"],
+        "tasks": {"tiny-easy": {"regime": "easy"}, "tiny-hard": {"regime": "hard", "overrides": ["optim.lr=2.0e-4"]}},
+        "methods": {
+            "grpo4": "demo-grpo4",
+            "rloo": "demo-rloo",
+            "v05_k2": {"config": "demo-v05-k4", "overrides": ["allocator.options.k=2"]},
+        },
+    }
+    return _write_grid(tmp_path / "tiny.yaml", body)
+
+
+def test_bench_matrix_cli_contract_resume_and_docs(tmp_path, tiny_grid, capsys):
+    """`v05 bench matrix GRID --out DIR --json FILE --doc MD` trains every cell, writes the contract JSON, the report
+    and the markdown; a second call reuses every finished cell (metrics untouched); a cell whose config changed is
+    refused."""
+    from v05.cli import main  # noqa: PLC0415 (the CLI parser, as users call it)
+
+    out, js, doc = tmp_path / "mx", tmp_path / "mx.json", tmp_path / "results.md"
+    argv = ["bench", "matrix", str(tiny_grid), "--out", str(out), "--json", str(js), "--doc", str(doc)]
+    assert main(argv) == 0
+    res = json.loads(js.read_text())
+    assert set(res["tasks"]) == {"tiny-easy", "tiny-hard"}
+    for task in res["tasks"].values():
+        assert task["reference"] == "grpo4" and task["budget_rollouts"] == 96
+        assert set(task["methods"]) == {"grpo4", "rloo", "v05_k2"}
+        assert 0 <= task["warm_start_eval"] <= 1
+        for m in task["methods"].values():
+            assert CONTRACT <= set(m) and m["seeds"] == [0, 1]
+            assert m["final_ci95"][0] <= m["final_mean"] <= m["final_ci95"][1]
+        assert task["methods"]["v05_k2"]["family"] == "v05" and task["methods"]["rloo"]["family"] == "other"
+        assert task["methods"]["grpo4"]["paired_diff_mean"] == 0.0
+    assert (out / "index.html").is_file() and (out / "tiny-easy/report/eval_vs_compute.png").is_file()
+    text = doc.read_text()
+    assert "v05 bench matrix" in text and "tiny-hard (hard regime)" in text and "Sparsity ablation" in text
+    stamp = (out / "tiny-easy/rloo-s1/metrics.jsonl").stat().st_mtime_ns
+    assert main(argv) == 0
+    assert (out / "tiny-easy/rloo-s1/metrics.jsonl").stat().st_mtime_ns == stamp
+    assert json.loads(js.read_text())["tasks"] == res["tasks"]
+    body = yaml.safe_load(tiny_grid.read_text())
+    body["methods"]["rloo"] = {"config": "demo-rloo", "overrides": ["optim.lr=3.0e-4"]}
+    _write_grid(tiny_grid, body)
+    capsys.readouterr()
+    assert main(argv) == 2
+    assert "holds a run of another config" in capsys.readouterr().err
+
+
+def test_an_interrupted_cell_resumes_exactly(tmp_path, tiny_grid):
+    """A cell with a checkpoint and no final/ is resumed, not restarted, and ends with the rows of the run that was
+    never interrupted (the grid resumes through the trainer's exact resume)."""
+    from tests.train._rows import comparable, rows_of  # noqa: PLC0415
+    from v05.train.loop import train  # noqa: PLC0415
+    from v05.train.matrix import bench_matrix, cell_state  # noqa: PLC0415
+    from v05.train.rundir import latest_checkpoint  # noqa: PLC0415
+
+    body = yaml.safe_load(tiny_grid.read_text())
+    body["overrides"].append("run.checkpoint_every=1")
+    body["methods"] = {"grpo4": "demo-grpo4"}
+    body["seeds"], body["tasks"] = [0], {"tiny-easy": {"regime": "easy"}}
+    grid_file = _write_grid(tiny_grid, body)
+    out = tmp_path / "mx"
+    (cell,) = grid_cells(load_grid(grid_file), out)
+    train(cell.cfg, cell.run_dir)
+    full = [comparable(r) for r in rows_of(cell.run_dir)]
+    import shutil  # noqa: PLC0415
+
+    shutil.rmtree(cell.run_dir / "final")
+    shutil.rmtree(latest_checkpoint(cell.run_dir))  # as if killed after step 2's checkpoint
+    (earlier,) = (cell.run_dir / "checkpoints").glob("step_*")
+    (cell.run_dir / "checkpoints/latest").write_text(earlier.name)
+    assert cell_state(cell) == "resume"
+    bench_matrix(grid_file, out, progress=False)
+    assert cell_state(cell) == "done"
+    from v05.report.runs import load_run  # noqa: PLC0415 (a resumed run's last line of a step wins)
+
+    assert [comparable(r) for r in load_run(cell.run_dir).metrics] == full
+
+
+def test_results_markdown_states_every_claim():
+    """The generated page names the command, the hardware, each task's table and one paragraph per claim."""
+    ref = [_run("grpo4", s, [(0, 0.2), (1000, 0.6)], grad=1.0, entropy=0.4) for s in (0, 1)]
+    g16 = [_run("grpo16", s, [(0, 0.2), (1000, 0.5)], grad=0.8, entropy=0.3) for s in (0, 1)]
+    v05 = [
+        _run("v05", s, [(0, 0.2), (1000, 0.65)], estimator="v05", allocator="osla", grad=0.5, entropy=0.6)
+        for s in (0, 1)
+    ]
+    k4 = [_run("v05_k4", s, [(0, 0.2), (1000, 0.55)], estimator="v05") for s in (0, 1)]
+    task = _task({"grpo4": ref, "grpo16": g16, "v05": v05, "v05_k4": k4})
+    meta = {
+        "command": "v05 bench matrix g.yaml",
+        "hardware": "2 CPU cores",
+        "cells_wall_time_s": 3600.0,
+        "cells_finished": 8,
+        "cells_total": 8,
+        "generated": "today",
+    }
+    from v05.train.matrix import Grid  # noqa: PLC0415
+
+    grid = Grid(name="g", path=Path("g.yaml"), seeds=(0, 1), reference="grpo4", tasks=(), methods=())
+    text = results_markdown(grid, {"tasks": {"t": task}}, meta)
+    assert "v05 bench matrix g.yaml" in text and "2 CPU cores" in text and "1.00 h" in text
+    assert "0.525 (sd 0.025) vs grpo4 1.050 (sd 0.050)" in text and "lower, smoother" in text
+    assert "0.600 vs grpo4 0.400 (higher)" in text
+    assert "k = 4 beats GRPO@16" in text or "k = 4 ties GRPO@16" in text
+    assert "| v05 | v05 | 2 |" in text
+
+
+def test_standard_grid_quick_smoke(tmp_path, monkeypatch):
+    """CI's smoke grid: `v05 bench matrix benchmarks/grids/standard.yaml --quick` trains every task setting of the
+    standard grid (its quick methods, seed 0, quick-mode runs, fresh warm starts) and writes the contract JSON."""
+    from v05.cli import main  # noqa: PLC0415
+
+    monkeypatch.setenv("V05_WARM_START_DIR", str(tmp_path / "warm"))
+    js = tmp_path / "quick.json"
+    argv = ["bench", "matrix", str(REPO / "benchmarks/grids/standard.yaml"), "--quick", "--out", str(tmp_path / "q"),
+            "--json", str(js)]  # fmt: skip
+    assert main(argv) == 0
+    res = json.loads(js.read_text())
+    grid = load_grid(REPO / "benchmarks/grids/standard.yaml")
+    assert set(res["tasks"]) == {t.name for t in grid.tasks}
+    for task in res["tasks"].values():
+        assert set(task["methods"]) == {grid.reference, *grid.quick_methods}
+        assert all(CONTRACT <= set(m) and m["seeds"] == [0] for m in task["methods"].values())
+    assert res["failures"] == {}
