@@ -305,3 +305,23 @@ def test_standard_grid_quick_smoke(tmp_path, monkeypatch):
         assert set(task["methods"]) == {grid.reference, *grid.quick_methods}
         assert all(CONTRACT <= set(m) and m["seeds"] == [0] for m in task["methods"].values())
     assert res["failures"] == {}
+
+
+def test_parallel_workers_train_the_same_cells(tmp_path, tiny_grid):
+    """`--workers 2` (each cell in a spawned process) gives the rows `--workers 1` gives, cell by cell."""
+    from tests.train._rows import comparable, rows_of  # noqa: PLC0415
+    from v05.train.matrix import bench_matrix  # noqa: PLC0415
+
+    body = yaml.safe_load(tiny_grid.read_text())
+    body["seeds"], body["tasks"] = [0], {"tiny-easy": {"regime": "easy"}}
+    body["methods"] = {"grpo4": "demo-grpo4", "rloo": "demo-rloo"}
+    grid_file = _write_grid(tiny_grid, body)
+    one = bench_matrix(grid_file, tmp_path / "one", progress=False)
+    two = bench_matrix(grid_file, tmp_path / "two", workers=2, progress=False)
+    assert one["failures"] == two["failures"] == {}
+    for method in ("grpo4", "rloo"):
+        a, b = (rows_of(tmp_path / d / "tiny-easy" / f"{method}-s0") for d in ("one", "two"))
+        assert [comparable(r) for r in a] == [comparable(r) for r in b] and len(a) > 1
+    assert two["results"]["tasks"]["tiny-easy"]["methods"]["rloo"]["final_mean"] == (
+        one["results"]["tasks"]["tiny-easy"]["methods"]["rloo"]["final_mean"]
+    )
