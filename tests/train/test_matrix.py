@@ -325,3 +325,13 @@ def test_parallel_workers_train_the_same_cells(tmp_path, tiny_grid):
     assert two["results"]["tasks"]["tiny-easy"]["methods"]["rloo"]["final_mean"] == (
         one["results"]["tasks"]["tiny-easy"]["methods"]["rloo"]["final_mean"]
     )
+
+
+def test_a_method_with_fewer_seeds_is_compared_on_its_own_seeds():
+    """A partial grid: a method that has finished seed 0 only, identical to the reference's seed 0, has ratio 1 even
+    though the reference's other seed starts much higher (its seed-mean curve would make the ratio < 1)."""
+    ref = [_run("grpo4", 0, [(0, 0.2), (1000, 0.6)]), _run("grpo4", 1, [(0, 0.5), (1000, 0.9)])]
+    same = [_run("same", 0, [(0, 0.2), (1000, 0.6)])]
+    m = _task({"grpo4": ref, "same": same})["methods"]["same"]
+    assert m["rollout_ratio"] == pytest.approx(1.0) and m["rollout_ratio_gain90"] == pytest.approx(1.0)
+    assert m["compute_ratio"] == pytest.approx(1.0)

@@ -539,9 +539,6 @@ def task_results(
     """The matrix JSON of one task setting (the contract's ``tasks.TASK`` object)."""
     ref_runs = groups[reference]
     warm, ref_final, threshold = gain_targets(ref_runs)
-    ref_reach, ref_reach90 = _reach(ref_runs, ref_final), _reach(ref_runs, threshold)
-    ref_compute = None if ref_reach is None else compute_at(ref_runs, ref_reach)
-    ref_compute90 = None if ref_reach90 is None else compute_at(ref_runs, ref_reach90)
     rng = np.random.default_rng(seed)
     declared = {m.name: m for m in methods}
     family = {n: method_family(g[0], declared[n].family if n in declared else None) for n, g in groups.items()}
@@ -549,7 +546,14 @@ def task_results(
     out = {}
     for name, runs in groups.items():
         finals = [v for v in (r.last(EVAL_KEY) for r in runs) if v is not None]
-        reach, reach90 = _reach(runs, ref_final), _reach(runs, threshold)
+        # ratios against the reference on this method's seeds only (a partial grid: the pairs that exist)
+        seeds = {r.seed for r in runs}
+        pair_ref = [r for r in ref_runs if r.seed in seeds] or ref_runs
+        _, m_final, m_threshold = gain_targets(pair_ref)
+        m_reach, m_reach90 = _reach(pair_ref, m_final), _reach(pair_ref, m_threshold)
+        m_compute = None if m_reach is None else compute_at(pair_ref, m_reach)
+        m_compute90 = None if m_reach90 is None else compute_at(pair_ref, m_reach90)
+        reach, reach90 = _reach(runs, m_final), _reach(runs, m_threshold)
         paired = paired_difference(runs, ref_runs)
         grad_sd = [float(np.std(v)) for v in (r.series("grad_norm")[1] for r in runs) if v.size > 1]
         boot = gain90_bootstrap(runs, ref_runs, rng) if name != reference else {"ci95": [1.0, 1.0], "never_frac": 0.0}
@@ -566,12 +570,12 @@ def task_results(
             "paired_diff_se": paired["se"],
             "paired_diff_n": paired["n"],
             "paired_diff_vs": {g: {"mean": d["mean"], "se": d["se"], "n": d["n"]} for g, d in vs.items()},
-            "rollout_ratio": _ratio(reach, ref_reach),
-            "rollout_ratio_gain90": _ratio(reach90, ref_reach90),
+            "rollout_ratio": _ratio(reach, m_reach),
+            "rollout_ratio_gain90": _ratio(reach90, m_reach90),
             "rollout_ratio_gain90_ci95": boot["ci95"],
             "rollout_ratio_gain90_never_frac": boot["never_frac"],
-            "compute_ratio": _ratio(None if reach is None else compute_at(runs, reach), ref_compute),
-            "compute_ratio_gain90": _ratio(None if reach90 is None else compute_at(runs, reach90), ref_compute90),
+            "compute_ratio": _ratio(None if reach is None else compute_at(runs, reach), m_compute),
+            "compute_ratio_gain90": _ratio(None if reach90 is None else compute_at(runs, reach90), m_compute90),
             "compute_per_rollout": float(
                 np.mean(
                     [
