@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -245,7 +246,6 @@ def test_an_interrupted_cell_resumes_exactly(tmp_path, tiny_grid):
     (cell,) = grid_cells(load_grid(grid_file), out)
     train(cell.cfg, cell.run_dir)
     full = [comparable(r) for r in rows_of(cell.run_dir)]
-    import shutil  # noqa: PLC0415
 
     shutil.rmtree(cell.run_dir / "final")
     shutil.rmtree(latest_checkpoint(cell.run_dir))  # as if killed after step 2's checkpoint
@@ -335,3 +335,65 @@ def test_a_method_with_fewer_seeds_is_compared_on_its_own_seeds():
     m = _task({"grpo4": ref, "same": same})["methods"]["same"]
     assert m["rollout_ratio"] == pytest.approx(1.0) and m["rollout_ratio_gain90"] == pytest.approx(1.0)
     assert m["compute_ratio"] == pytest.approx(1.0)
+
+
+def test_a_store_resumes_the_grid_on_a_fresh_out_and_refuses_another_warm_start(tmp_path, tiny_grid, monkeypatch):
+    """Every finished cell and its warm start are kept in the store; a fresh ``--out`` on a machine without the warm
+    start restores them without training (the same weights, metrics and results), also when a field has been added
+    to the config since; a stored cell from
+    another warm start is refused, one of another config is trained again."""
+    import v05.train.matrix as matrix  # noqa: PLC0415
+
+    body = yaml.safe_load(tiny_grid.read_text())
+    body["seeds"], body["tasks"] = [0], {"tiny-easy": {"regime": "easy"}}
+    body["methods"] = {"grpo4": "demo-grpo4", "rloo": "demo-rloo"}
+    grid_file = _write_grid(tiny_grid, body)
+    store = tmp_path / "store"
+    first = matrix.bench_matrix(grid_file, tmp_path / "a", progress=False, store=store)
+    for method in ("grpo4", "rloo"):
+        assert (store / "tiny-easy" / f"{method}-s0" / "metrics.jsonl.gz").is_file()
+
+    def refuse(*args):
+        raise AssertionError("a stored cell was trained again")
+
+    cells = matrix.grid_cells(matrix.load_grid(grid_file), tmp_path / "b")
+    warm = matrix.warm_start_dir(cells[0].cfg)
+    assert (store / "warm_start" / warm.name / "model.safetensors").is_file()
+    digest = matrix.warm_start_digest(cells[0].cfg)
+    shutil.rmtree(warm)  # a fresh machine: no cached warm start (the stored one is used, not a new SFT)
+    monkeypatch.setattr(matrix, "_warm", refuse)
+    saved = store / "tiny-easy" / "grpo4-s0" / "config.yaml"  # as if written before eval.at_start existed
+    assert "  at_start: true\n" in saved.read_text()
+    saved.write_text(saved.read_text().replace("  at_start: true\n", ""))
+    monkeypatch.setattr(matrix, "_run_cell", refuse)
+    second = matrix.bench_matrix(grid_file, tmp_path / "b", progress=False, store=store)
+    assert second["failures"] == {} and second["results"]["tasks"] == first["results"]["tasks"]
+    for method in ("grpo4", "rloo"):
+        a, b = (tmp_path / d / "tiny-easy" / f"{method}-s0" / "metrics.jsonl" for d in ("a", "b"))
+        assert a.read_bytes() == b.read_bytes()
+    assert second["meta"]["cells_finished"] == 2 and matrix.warm_start_digest(cells[0].cfg) == digest
+
+    info = store / "tiny-easy" / "rloo-s0" / "stored.json"
+    info.write_text(json.dumps(json.loads(info.read_text()) | {"warm_start": "0123456789abcdef"}))
+    with pytest.raises(ValueError, match="would not pair"):
+        matrix.bench_matrix(grid_file, tmp_path / "c", progress=False, store=store)
+
+    monkeypatch.undo()
+    body["methods"]["rloo"] = {"config": "demo-rloo", "overrides": ["optim.lr=3.0e-4"]}
+    _write_grid(grid_file, body)
+    third = matrix.bench_matrix(grid_file, tmp_path / "d", progress=False, store=store)
+    assert third["failures"] == {} and json.loads(info.read_text())["warm_start"] != "0123456789abcdef"
+    assert "lr: 0.0003" in (store / "tiny-easy" / "rloo-s0" / "config.yaml").read_text()
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [(["--workers", "0"], "--workers must be >= 1"), (["--tasks", "nope"], "unknown task setting(s) nope")],
+)
+def test_bad_cli_options_are_one_line_errors(tmp_path, tiny_grid, capsys, extra, message):
+    from v05.cli import main  # noqa: PLC0415
+
+    assert main(["bench", "matrix", str(tiny_grid), "--out", str(tmp_path / "mx"), *extra]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not (tmp_path / "mx").exists()  # refused before anything was trained

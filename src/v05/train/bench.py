@@ -233,6 +233,9 @@ def register_benches(bsub: argparse._SubParsersAction) -> None:  # type: ignore[
     mx.add_argument("--workers", type=int, default=1, help="cells trained at once, one process each (default 1)")
     mx.add_argument("--tasks", default="", help="only these task settings (comma-separated): run the grid in parts")
     mx.add_argument("--report-only", action="store_true", help="train nothing; report the finished cells")
+    mx.add_argument("--store", default=None,
+                    help="keep finished cells here and resume from them on another machine (default: the grid's "
+                         "store:, none for --quick); 'none' keeps nothing")  # fmt: skip
     mx.set_defaults(func=_run_matrix)
 
 
@@ -262,7 +265,7 @@ def _run_matrix(args: argparse.Namespace) -> int:
                         *(f"--{k} {v}" for k, v in (("json", args.json), ("doc", args.doc)) if v)])  # fmt: skip
     res = bench_matrix(args.grid, out, quick=args.quick, workers=args.workers, json_path=args.json, doc=args.doc,
                        readme=args.readme, command=command, train_cells=not args.report_only,
-                       tasks=[t for t in args.tasks.split(",") if t])  # fmt: skip
+                       tasks=[t for t in args.tasks.split(",") if t], store=args.store)  # fmt: skip
     for name, task in res["results"]["tasks"].items():  # the CLI's output: one line per method and task
         print(f"{name} ({task['regime']}, warm start {task['warm_start_eval']:.3f}, ref {task['reference']}):")
         for row in headline_rows(task):

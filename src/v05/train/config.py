@@ -214,6 +214,10 @@ class EvalConfig:
 
     every: int = 25
     """evaluate every this many steps (and after the last step); 0: only at the end."""
+    every_rollouts: int | None = None
+    """evaluate each time the rollouts consumed cross a multiple of this (and after the last step), in place of
+    ``every``: methods that spend their budget in more, smaller steps (k = 1, 2) are then evaluated as often, and at
+    the same rollout counts, as k = 4 (``v05 bench matrix``). None: by steps."""
     size: int | None = None
     """eval prompts (None: the whole eval split)."""
     greedy: bool = True
@@ -373,7 +377,7 @@ def quick_config(cfg: TrainConfig) -> TrainConfig:
     )
     warmup = r(cfg.warmup, sft=r(cfg.warmup.sft, max_steps=min(cfg.warmup.sft.max_steps, 200), eval_every=100),
                n_examples=min(cfg.warmup.n_examples, 20_000), eval_size=min(cfg.warmup.eval_size, 128))  # fmt: skip
-    ev = r(cfg.eval, every=3, size=min(cfg.eval.size or 64, 64))
+    ev = r(cfg.eval, every=3, every_rollouts=None, size=min(cfg.eval.size or 64, 64))
     run = r(cfg.run, checkpoint_every=3)
     return r(cfg, train=train, warmup=warmup, eval=ev, run=run)
 
@@ -389,6 +393,7 @@ def check_config(cfg: TrainConfig) -> None:
         need(getattr(tr, name) >= 1, f"train.{name}", f"must be >= 1, got {getattr(tr, name)}")
     need(tr.max_rollouts is None or tr.max_rollouts >= 1, "train.max_rollouts", "must be >= 1 or null")
     need(cfg.eval.every >= 0, "eval.every", "must be >= 0")
+    need(cfg.eval.every_rollouts is None or cfg.eval.every_rollouts >= 1, "eval.every_rollouts", "must be >= 1 or null")
     need(cfg.eval.size is None or cfg.eval.size >= 1, "eval.size", "must be >= 1 or null")
     need(cfg.run.checkpoint_every >= 0, "run.checkpoint_every", "must be >= 0")
     need(cfg.run.keep_checkpoints >= 1, "run.keep_checkpoints", "must be >= 1")

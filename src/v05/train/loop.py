@@ -257,6 +257,7 @@ def train(
 
             # 6. bookkeeping, metrics, eval, checkpoint
             c.step = step
+            rollouts_before = c.rollouts_total
             c.rollouts_total += alloc.n_rollouts
             c.tokens_total += int(rollouts_all.lengths.sum())
             if prior_backend is not None:  # the probe prior's prefills since the last step's bookkeeping
@@ -271,7 +272,7 @@ def train(
                 value_g=value_g, compute=compute,
             )  # fmt: skip
             row["time/step"] = time.perf_counter() - t_step
-            if _eval_due(cfg, c):
+            if _eval_due(cfg, c, rollouts_before):
                 row |= evaluate(cfg, model, tokenizer, task, held_out, held_texts)
                 c.last_eval = row["eval_pass_rate"]
             metrics.write(row)
@@ -431,5 +432,13 @@ def _done(cfg: TrainConfig, c: Counters) -> bool:
     return cfg.train.max_rollouts is not None and c.rollouts_total >= cfg.train.max_rollouts
 
 
-def _eval_due(cfg: TrainConfig, c: Counters) -> bool:
-    return _done(cfg, c) or (cfg.eval.every > 0 and c.step % cfg.eval.every == 0)
+def _eval_due(cfg: TrainConfig, c: Counters, rollouts_before: int) -> bool:
+    """Whether this step ends with an evaluation: after the last step, else by ``every_rollouts`` or ``every``.
+
+    By rollouts: when this step's rollouts cross a multiple of ``every_rollouts``; else every ``every`` steps.
+    """
+    if _done(cfg, c):
+        return True
+    if cfg.eval.every_rollouts is not None:
+        return c.rollouts_total // cfg.eval.every_rollouts > rollouts_before // cfg.eval.every_rollouts
+    return cfg.eval.every > 0 and c.step % cfg.eval.every == 0

@@ -25,16 +25,20 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import gzip
+import hashlib
 import html
+import itertools
 import json
 import logging
 import math
 import os
 import platform
+import shutil
 import signal
 import time
-from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from collections.abc import Iterable, Sequence
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
@@ -47,6 +51,7 @@ from v05.report.html import write_report
 from v05.report.runs import (
     COMPUTE_KEY,
     EVAL_KEY,
+    METRICS_NAME,
     ROLLOUTS_KEY,
     Run,
     first_crossing,
@@ -147,14 +152,17 @@ class Grid:
     quick_seeds: tuple[int, ...] = (0,)
     quick_methods: tuple[str, ...] = ()
     quick_overrides: tuple[str, ...] = ()
+    store: Path | None = None
+    """where finished cells are kept for another machine or session to resume from (:func:`store_cell`)."""
 
     def for_quick(self) -> Grid:
         """The smoke grid: every task setting, the ``quick`` methods (the reference first) and seeds."""
         names = [self.reference, *(m for m in self.quick_methods if m != self.reference)]
         methods = tuple(m for name in names for m in self.methods if m.name == name)
         return dataclasses.replace(
-            self, seeds=self.quick_seeds, methods=methods, overrides=(*self.overrides, *self.quick_overrides)
-        )
+            self, seeds=self.quick_seeds, methods=methods, overrides=(*self.overrides, *self.quick_overrides),
+            store=None,
+        )  # fmt: skip
 
 
 @_frozen
@@ -185,6 +193,7 @@ def load_grid(path: str | Path) -> Grid:
           grpo4: demo-grpo4                   # a packaged config or a YAML file
           grpo8: {config: demo-grpo4, overrides: [allocator.options.k=8]}
         quick: {seeds: [0], methods: [grpo4, grpo8], overrides: [train.max_rollouts=768]}
+        store: ../results/matrix/standard       # finished cells kept here (relative to the grid file)
 
     Raises:
         ValueError: a missing or malformed entry; the message names it.
@@ -199,7 +208,7 @@ def load_grid(path: str | Path) -> Grid:
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a mapping with name, tasks and methods")
     unknown = sorted(
-        set(data) - {"name", "description", "seeds", "reference", "overrides", "tasks", "methods", "quick"}
+        set(data) - {"name", "description", "seeds", "reference", "overrides", "tasks", "methods", "quick", "store"}
     )
     if unknown:
         raise ValueError(f"{path}: unknown key(s) {', '.join(unknown)}")
@@ -280,6 +289,7 @@ def load_grid(path: str | Path) -> Grid:
         quick_seeds=seeds(quick.get("seeds", [0]), "quick.seeds"),
         quick_methods=tuple(quick_methods),
         quick_overrides=strings(quick.get("overrides"), "quick.overrides"),
+        store=None if data.get("store") is None else path.parent / str(data["store"]),
     )
 
 
@@ -312,6 +322,11 @@ def grid_cells(grid: Grid, out: Path, *, quick: bool = False) -> list[Cell]:
     return cells
 
 
+def is_finished(cell: Cell) -> bool:
+    """Whether the cell's run directory holds a finished run (trained here, or restored from a store)."""
+    return (cell.run_dir / "final").is_dir() or (cell.run_dir / STORED_NAME).is_file()
+
+
 def cell_state(cell: Cell) -> str:
     """``"done"`` (a finished run of this config), ``"resume"`` (a checkpoint), or ``"new"``.
 
@@ -325,9 +340,139 @@ def cell_state(cell: Cell) -> str:
             f"{cell.run_dir} holds a run of another config than the grid's cell {cell.task.name}/{cell.method.name}: "
             "delete it or pass another --out"
         )
-    if (cell.run_dir / "final").is_dir():
+    if is_finished(cell):
         return "done"
     return "resume" if latest_checkpoint(cell.run_dir) is not None else "new"
+
+
+# -- the store: finished cells kept (committed) so that a grid runs in parts on fresh machines ----------------------
+
+STORED_NAME = "stored.json"
+"""Marks a run directory restored from the store (its metrics and config, not its weights)."""
+
+
+def warm_start_digest(cfg: TrainConfig) -> str | None:
+    """SHA-256 (16 hex digits) of the cached warm start's weights, None without a warm-up or before it is trained.
+
+    Cells pair only when they start from the same weights: SFT stops at another step on another CPU, so a stored cell
+    is reused only where this machine's warm start has the same digest.
+    """
+    if not cfg.warmup.enabled:
+        return None
+    folder = warm_start_dir(cfg)
+    files = sorted(folder.glob("*.safetensors")) + sorted(folder.glob("*.bin"))
+    if not files:
+        return None
+    digest = hashlib.sha256()
+    for file in files:
+        digest.update(file.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _stored(cell: Cell, store: Path) -> Path:
+    return store / cell.task.name / cell.run_dir.name
+
+
+def store_cell(cell: Cell, store: Path) -> Path:
+    """Keep a finished cell in ``store``: ``config.yaml``, ``metrics.jsonl.gz`` and ``stored.json``.
+
+    ``stored.json`` gives the warm start's digest and the hardware. The entry is written to a temporary folder and
+    renamed, so a crash leaves the old entry or none.
+    """
+    dest = _stored(cell, store)
+    tmp = dest.with_name(f".tmp_{dest.name}_{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    shutil.copyfile(cell.run_dir / "config.yaml", tmp / "config.yaml")
+    with gzip.GzipFile(tmp / (METRICS_NAME + ".gz"), "wb", mtime=0) as f:  # mtime 0: the same bytes on every machine
+        f.write((cell.run_dir / METRICS_NAME).read_bytes())
+    info = {"warm_start": warm_start_digest(cell.cfg), "hardware": _hardware()}
+    (tmp / STORED_NAME).write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
+    if dest.exists():
+        shutil.rmtree(dest)
+    os.replace(tmp, dest)
+    return dest
+
+
+WARM_STORE = "warm_start"
+"""The store's folder of warm starts (the cache's layout: one folder per warm-start key)."""
+
+
+def restore_warm_starts(warm: Iterable[Path], store: Path) -> int:
+    """Copy the store's warm starts that this machine's cache lacks into it; returns how many.
+
+    SFT stops at another step on another CPU, so a grid resumed elsewhere starts from the stored weights, not from
+    a fresh warm-up: its new cells then pair with the stored ones.
+    """
+    restored = 0
+    for folder in warm:
+        src = store / WARM_STORE / folder.name
+        if (folder / "sft.json").is_file() or not (src / "sft.json").is_file():
+            continue
+        tmp = folder.with_name(f".tmp_{folder.name}_{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(src, tmp)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(tmp, folder)
+        restored += 1
+    return restored
+
+
+def keep_warm_starts(warm: Iterable[Path], store: Path) -> None:
+    """Copy each trained warm start into the store once (the store's copy, once written, is never replaced)."""
+    for folder in warm:
+        dest = store / WARM_STORE / folder.name
+        if (dest / "sft.json").is_file() or not (folder / "sft.json").is_file():
+            continue
+        tmp = dest.with_name(f".tmp_{dest.name}_{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(folder, tmp)
+        os.replace(tmp, dest)
+
+
+def _same_config(saved: Path, cfg: TrainConfig) -> bool:
+    """Whether a stored ``config.yaml`` loads (with this version's defaults for fields added since) to ``cfg``."""
+    try:
+        return load_config(str(saved)) == cfg
+    except ValueError:  # a field removed or renamed since: another config
+        return False
+
+
+def restore_cells(cells: Sequence[Cell], store: Path) -> int:
+    """Copy the stored cells that this ``--out`` lacks (state ``new``) into their run directories; returns how many.
+
+    A stored cell of another config (the grid changed since) is left out and will be trained again; configs compare
+    as loaded, so a field added to the trainer since (at its default) does not make a stored cell stale.
+
+    Raises:
+        ValueError: a stored cell started from another warm start than the one cached on this machine (they would
+            not pair: train the grid into another store). Without a cached warm start (a report only) nothing is
+            compared.
+    """
+    restored = 0
+    for cell in cells:
+        src = _stored(cell, store)
+        if not (src / STORED_NAME).is_file() or cell_state(cell) != "new":
+            continue
+        if not _same_config(src / "config.yaml", cell.cfg):
+            logger.warning("store: %s holds another config than the grid's cell: it will be trained again", src)
+            continue
+        info = json.loads((src / STORED_NAME).read_text(encoding="utf-8"))
+        local = warm_start_digest(cell.cfg)
+        if local is not None and info.get("warm_start") != local:
+            raise ValueError(
+                f"store: {src} was trained from warm start {info.get('warm_start')} but this machine's is {local} "
+                f"({warm_start_dir(cell.cfg)}): the cells would not pair; delete that cached warm start (the "
+                "store's is then used) or pass another --store"
+            )
+        cell.run_dir.mkdir(parents=True, exist_ok=True)
+        (cell.run_dir / "config.yaml").write_text(to_yaml(cell.cfg), encoding="utf-8")  # this version's layout
+        with gzip.open(src / (METRICS_NAME + ".gz"), "rb") as f:
+            (cell.run_dir / METRICS_NAME).write_bytes(f.read())
+        (cell.run_dir / STORED_NAME).write_text(json.dumps(info | {"from": str(src)}) + "\n", encoding="utf-8")
+        restored += 1
+    return restored
 
 
 def _run_cell(cfg: TrainConfig, run_dir: str, resume: bool) -> tuple[str, bool]:
@@ -340,34 +485,52 @@ def _warm(cfg: TrainConfig) -> str:
     return str(ensure_warm_start(cfg, progress=False))
 
 
-def run_grid(cells: Sequence[Cell], *, workers: int = 1, progress: bool = True) -> dict[str, str]:
+def run_grid(
+    cells: Sequence[Cell], *, workers: int = 1, progress: bool = True, store: Path | None = None
+) -> dict[str, str]:
     """Train every cell that is not finished; returns {run_dir: error} for the cells that failed.
 
-    Warm starts are trained first (one per distinct warm start, so parallel cells never train the same one), then
-    the cells; with ``workers`` > 1 each cell runs in a fresh spawned process. A failing cell is logged and
-    skipped (its error returned); an interrupt stops the grid with every started cell checkpointed.
+    Warm starts are taken from ``store`` where this machine lacks them, else trained (one per distinct warm start,
+    so parallel cells never train the same one) and kept there; then the cells found in ``store`` are restored
+    (:func:`restore_cells`), then the rest are trained, each kept in ``store`` as it finishes; with ``workers`` > 1
+    each cell runs in a fresh spawned process. A failing cell is logged and skipped (its error returned); an interrupt stops the grid with every started cell checkpointed.
     """
     states = {c.run_dir: cell_state(c) for c in cells}
     todo = [c for c in cells if states[c.run_dir] != "done"]
     logger.info("grid: %d cells, %d finished, %d to run", len(cells), len(cells) - len(todo), len(todo))
     warm = {warm_start_dir(c.cfg): c.cfg for c in todo if c.cfg.warmup.enabled}
+    if store is not None:
+        restore_warm_starts(warm, store)
     missing = [cfg for d, cfg in warm.items() if not (d / "sft.json").is_file()]
     failures: dict[str, str] = {}
     bar = tqdm(total=len(missing) + len(todo), desc="grid", unit="run", disable=not progress, dynamic_ncols=True)
     jobs = [(_warm, (cfg,), f"warm start {warm_start_dir(cfg).name}") for cfg in missing]
     try:
         _execute(jobs, workers, bar, failures)
+        if store is not None:
+            keep_warm_starts(warm, store)
+            n = restore_cells(todo, store)
+            logger.info("grid: %d cells restored from %s", n, store)
+            bar.update(n)
+            todo = [c for c in todo if cell_state(c) != "done"]
+        by_dir = {str(c.run_dir): c for c in todo}
         cell_jobs = [(_run_cell, (c.cfg, str(c.run_dir), states[c.run_dir] == "resume"), str(c.run_dir)) for c in todo]
-        _execute(cell_jobs, workers, bar, failures)
+        _execute(cell_jobs, workers, bar, failures, on_done=None if store is None else (
+            lambda label: store_cell(by_dir[label], store)))  # fmt: skip
     finally:
         bar.close()
     return failures
 
 
-def _execute(jobs: list[tuple[Any, tuple[Any, ...], str]], workers: int, bar: Any, failures: dict[str, str]) -> None:
+def _execute(
+    jobs: list[tuple[Any, tuple[Any, ...], str]], workers: int, bar: Any, failures: dict[str, str],
+    on_done: Any = None,
+) -> None:  # fmt: skip
     def done(label: str, result: Any) -> None:
         if isinstance(result, tuple) and result[1]:
             raise KeyboardInterrupt(f"{label} interrupted (checkpoint saved; re-run the grid to resume)")
+        if on_done is not None:
+            on_done(label)
         bar.update(1)
         bar.set_postfix_str(Path(label).name if "/" in label else label)
 
@@ -384,15 +547,22 @@ def _execute(jobs: list[tuple[Any, tuple[Any, ...], str]], workers: int, bar: An
     futures: dict[Any, str] = {}
     previous = signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM stops the grid as Ctrl-C does
     try:
-        futures = {pool.submit(fn, *args): label for fn, args, label in jobs}
-        for future in as_completed(futures):
-            label = futures[future]
-            try:
-                done(label, future.result())
-            except (ValueError, RuntimeError, OSError) as err:
-                logger.error("%s failed: %s", label, err)
-                failures[label] = f"{type(err).__name__}: {err}"
-                bar.update(1)
+        # submitted lazily, at most `workers` in flight: an interrupt then has no queued job that would still start
+        pending = iter(jobs)
+        for fn, args, label in itertools.islice(pending, workers):
+            futures[pool.submit(fn, *args)] = label
+        while futures:
+            finished, _ = wait(futures, return_when=FIRST_COMPLETED)
+            for future in finished:
+                label = futures.pop(future)
+                try:
+                    done(label, future.result())
+                except (ValueError, RuntimeError, OSError) as err:
+                    logger.error("%s failed: %s", label, err)
+                    failures[label] = f"{type(err).__name__}: {err}"
+                    bar.update(1)
+                for fn, args, label in itertools.islice(pending, 1):
+                    futures[pool.submit(fn, *args)] = label
     except BaseException:
         # interrupted: start nothing new, let the running cells checkpoint (SIGINT: the trainer saves and stops)
         for future in futures:
@@ -639,7 +809,7 @@ def matrix_results(grid: Grid, cells: Sequence[Cell]) -> dict[str, Any]:
     for task in grid.tasks:
         groups: dict[str, list[Run]] = {}
         for cell in cells:
-            if cell.task.name == task.name and (cell.run_dir / "final").is_dir():
+            if cell.task.name == task.name and is_finished(cell):
                 groups.setdefault(cell.method.name, []).append(load_run(cell.run_dir))
         if not groups:
             continue
@@ -726,7 +896,7 @@ def write_matrix_report(
     """Per task ``OUT/TASK/report/`` (report.html, summary.json, PNGs) and ``OUT/index.html`` with every table."""
     parts = []
     for name, task in results["tasks"].items():
-        runs = [load_run(c.run_dir) for c in cells if c.task.name == name and (c.run_dir / "final").is_dir()]
+        runs = [load_run(c.run_dir) for c in cells if c.task.name == name and is_finished(c)]
         report = write_report(
             runs,
             out / name / "report",
@@ -757,18 +927,24 @@ def write_matrix_report(
     return path
 
 
+def _hardware() -> str:
+    cpu = platform.processor() or platform.machine()
+    return (
+        f"{os.cpu_count()} CPU cores ({cpu}), {platform.system()} {platform.release()}, "
+        f"Python {platform.python_version()}"
+    )
+
+
 def run_meta(command: str, cells: Sequence[Cell], elapsed_s: float) -> dict[str, Any]:
     """Hardware, the command, this invocation's wall time and the summed wall time of every finished cell."""
     walls = []
     for c in cells:
-        if (c.run_dir / "final").is_dir():
+        if is_finished(c):
             wall = load_run(c.run_dir).last("wall_time")
             walls.append(wall or 0.0)
-    cpu = platform.processor() or platform.machine()
     return {
         "command": command,
-        "hardware": f"{os.cpu_count()} CPU cores ({cpu}), {platform.system()} {platform.release()}, "
-        f"Python {platform.python_version()}",
+        "hardware": _hardware(),
         "generated": datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
         "cells_finished": len(walls),
         "cells_total": len(cells),
@@ -1003,10 +1179,13 @@ def bench_matrix(
     train_cells: bool = True,
     progress: bool = True,
     tasks: Sequence[str] | None = None,
+    store: str | Path | None = None,
 ) -> dict[str, Any]:
     """Run a grid (finished cells reused) and write the report, the JSON and, if asked, ``doc`` and the README section.
 
-    ``tasks`` restricts the run (and the results) to some task settings: the grid can run in parts.
+    ``tasks`` restricts the run (and the results) to some task settings: the grid can run in parts. ``store``
+    (default: the grid's ``store:``; ``"none"``: no store) keeps every finished cell and restores the ones this
+    ``out`` lacks, so that parts can run on fresh machines (:func:`restore_cells`).
 
     Returns:
         ``{"results": the contract JSON, "failures": {run_dir: error}, "meta": ..., "report": index.html}``.
@@ -1025,7 +1204,13 @@ def bench_matrix(
         grid = dataclasses.replace(grid, tasks=tuple(t for t in grid.tasks if t.name in tasks))
     out = Path(out)
     cells = grid_cells(grid, out, quick=quick)
-    failures = run_grid(cells, workers=workers, progress=progress) if train_cells else {}
+    kept = grid.store if store is None else None if str(store) == "none" else Path(store)
+    if train_cells:
+        failures = run_grid(cells, workers=workers, progress=progress, store=kept)
+    else:
+        failures = {}
+        if kept is not None:
+            restore_cells(cells, kept)
     results = matrix_results(grid, cells)
     meta = run_meta(command or f"v05 bench matrix {grid_path}", cells, time.monotonic() - start)
     results["meta"] = meta
@@ -1053,6 +1238,8 @@ __all__ = [
     "FAMILIES",
     "GAIN_FRACTION",
     "REGIMES",
+    "STORED_NAME",
+    "WARM_STORE",
     "Cell",
     "Grid",
     "GridMethod",
@@ -1065,6 +1252,8 @@ __all__ = [
     "gain_targets",
     "grid_cells",
     "headline_rows",
+    "is_finished",
+    "keep_warm_starts",
     "load_grid",
     "markdown_table",
     "matrix_results",
@@ -1072,10 +1261,14 @@ __all__ = [
     "paired_difference",
     "readme_section",
     "replace_readme_section",
+    "restore_cells",
+    "restore_warm_starts",
     "results_markdown",
     "run_grid",
     "run_meta",
+    "store_cell",
     "t_interval",
     "task_results",
+    "warm_start_digest",
     "write_matrix_report",
 ]
