@@ -493,7 +493,8 @@ def run_grid(
     Warm starts are taken from ``store`` where this machine lacks them, else trained (one per distinct warm start,
     so parallel cells never train the same one) and kept there; then the cells found in ``store`` are restored
     (:func:`restore_cells`), then the rest are trained, each kept in ``store`` as it finishes; with ``workers`` > 1
-    each cell runs in a fresh spawned process. A failing cell is logged and skipped (its error returned); an interrupt stops the grid with every started cell checkpointed.
+    each cell runs in a fresh spawned process. A failing cell is logged and skipped (its error returned); an
+    interrupt stops the grid with every started cell checkpointed.
     """
     states = {c.run_dir: cell_state(c) for c in cells}
     todo = [c for c in cells if states[c.run_dir] != "done"]
