@@ -937,15 +937,24 @@ def _hardware() -> str:
 
 
 def run_meta(command: str, cells: Sequence[Cell], elapsed_s: float) -> dict[str, Any]:
-    """Hardware, the command, this invocation's wall time and the summed wall time of every finished cell."""
+    """Hardware, the command, this invocation's wall time and the summed wall time of every finished cell.
+
+    ``cells_hardware`` counts the finished cells per machine (a cell restored from a store keeps the hardware it was
+    trained on).
+    """
     walls = []
+    machines: dict[str, int] = {}
     for c in cells:
         if is_finished(c):
             wall = load_run(c.run_dir).last("wall_time")
             walls.append(wall or 0.0)
+            stored = c.run_dir / STORED_NAME
+            where = json.loads(stored.read_text(encoding="utf-8")).get("hardware") if stored.is_file() else None
+            machines[where or _hardware()] = machines.get(where or _hardware(), 0) + 1
     return {
         "command": command,
         "hardware": _hardware(),
+        "cells_hardware": machines,
         "generated": datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
         "cells_finished": len(walls),
         "cells_total": len(cells),
@@ -1102,7 +1111,13 @@ def results_markdown(grid: Grid, results: dict[str, Any], meta: dict[str, Any]) 
         f"    {meta['command']}",
         "",
         f"- Hardware: {meta['hardware']}. Trained numbers are machine-specific (the warm start stops at a different "
-        "step on another CPU): compare methods within one run of the grid.",
+        "step on another CPU): compare methods within one run of the grid. The grid's store keeps the warm starts, "
+        "so cells trained on several machines (sessions) start from the same weights"
+        + "".join(
+            f"{'; ' if i else ': '}{n} cells on {where}"
+            for i, (where, n) in enumerate(sorted(meta.get("cells_hardware", {}).items()))
+        )
+        + ".",
         (
             "- **Partial: the grid has not finished; the tables show the finished cells.**"
             if meta["cells_finished"] < meta["cells_total"]
