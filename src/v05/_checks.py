@@ -6,6 +6,7 @@ into a one-line error. Private helpers downstream trust their inputs.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Literal
 
@@ -107,3 +108,16 @@ def check_int(value: object, name: str, minimum: int, *, hint: str = "") -> None
     """Reject a config value that is not an integer ≥ ``minimum`` (bools and whole floats included)."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}{hint}")
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def error_line(err: BaseException) -> str:
+    """``TypeName: first sentence of the message``, colour codes removed, for one-line errors.
+
+    torch's refusal ("Weights only load failed. ... you have two options ...") is cut to its first sentence, so a
+    message never relays advice to load the file unsafely.
+    """
+    lines = [ln.strip() for ln in _ANSI.sub("", str(err)).splitlines() if ln.strip()]
+    return f"{type(err).__name__}: {lines[0].split('. ')[0]}" if lines else type(err).__name__

@@ -17,6 +17,7 @@ from v05.allocation import Allocator, DynamicSampling, Fixed
 from v05.allocation.dps import DPS
 from v05.allocation.osla import OSLA
 from v05.allocation.sara import SARA
+from v05.allocation.select import PriorSelect
 from v05.estimators import Estimate, dbb, drgrpo, grpo, oracle, poise, reinforce_pp_baseline, rloo, v05, v05_eb
 
 
@@ -126,9 +127,10 @@ ALLOCATORS: dict[str, type] = {
     "dynamic_sampling": DynamicSampling,
     "sara": SARA,
     "dps": DPS,
+    "prior_select": PriorSelect,
 }
 """Allocator name → config class. Base group size option: fixed ``k``, osla ``k_init``, dynamic_sampling ``k``,
-sara ``group_size``, dps ``k``; prompts that reach the loss: ``batch_size`` (all five)."""
+sara ``group_size``, dps ``k``, prior_select ``k``; prompts that reach the loss: ``batch_size`` (all six)."""
 
 
 def get_allocator(name: str, **options: object) -> Allocator:

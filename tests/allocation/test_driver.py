@@ -11,6 +11,7 @@ from v05.allocation import Allocation, DynamicSampling, Fixed, allocate
 from v05.allocation.dps import DPS
 from v05.allocation.osla import OSLA
 from v05.allocation.sara import SARA
+from v05.allocation.select import PriorSelect
 from v05.registry import ALLOCATORS, get_allocator
 
 
@@ -200,9 +201,10 @@ def test_dynamic_sampling_statistically_yields_only_mixed_groups():
 
 
 def test_registry_names_and_base_group_size_options():
-    """The five allocators are registered; each accepts its documented base group size and batch_size."""
-    assert list(ALLOCATORS) == ["fixed", "osla", "dynamic_sampling", "sara", "dps"]
-    base = {"fixed": "k", "osla": "k_init", "dynamic_sampling": "k", "sara": "group_size", "dps": "k"}
+    """The six allocators are registered; each accepts its documented base group size and batch_size."""
+    assert list(ALLOCATORS) == ["fixed", "osla", "dynamic_sampling", "sara", "dps", "prior_select"]
+    base = {"fixed": "k", "osla": "k_init", "dynamic_sampling": "k", "sara": "group_size", "dps": "k",
+            "prior_select": "k"}  # fmt: skip
     for name, opt in base.items():
         alloc = get_allocator(name, **{opt: 4, "batch_size": 8})
         assert getattr(alloc, opt) == 4 and alloc.batch_size == 8
@@ -210,7 +212,7 @@ def test_registry_names_and_base_group_size_options():
 
 def test_registry_errors_list_the_valid_choices():
     """Unknown names list the valid names; unknown options list the valid fields; bad values give the config's error."""
-    with pytest.raises(ValueError, match="valid: fixed, osla, dynamic_sampling, sara, dps"):
+    with pytest.raises(ValueError, match="valid: fixed, osla, dynamic_sampling, sara, dps, prior_select"):
         get_allocator("grpo")
     with pytest.raises(ValueError, match=r"no option\(s\) kk; valid: k, batch_size"):
         get_allocator("fixed", kk=2)
@@ -239,6 +241,7 @@ def configured(draw):
             schedule=draw(st.sampled_from(["plus_one", "jump"])),
             batch_size=b,
             extra_budget=budget,
+            fill=budget is not None and draw(st.booleans()),
         )
         cap = k_max * min(b, n) if budget is None else min(k_max * min(b, n), 4 * min(b, n) + budget)
         return alloc, cap, n
@@ -263,6 +266,14 @@ def configured(draw):
             order=draw(st.sampled_from(["pool", "random"])),
         )
         return alloc, min(budget or n * g, n * g), n
+    if name == "prior_select":
+        alloc = PriorSelect(
+            k=draw(st.integers(1, 6)),
+            batch_size=b,
+            thompson=draw(st.booleans()),
+            explore_frac=draw(st.sampled_from([0.0, 0.25, 0.5])),
+        )
+        return alloc, alloc.k * min(b, n), n
     return DPS(k=k, batch_size=b), k * min(b, n), n
 
 
@@ -301,7 +312,9 @@ def test_every_allocator_respects_counts_budget_and_loss_batch(cfg, seed, reward
             assert is_mixed(a).all()
         if isinstance(alloc, SARA):
             assert a.counts.max(initial=0) <= alloc.group_size and np.all(a.counts[a.kept] == alloc.group_size)
-        if isinstance(alloc, DPS):
+        if isinstance(alloc, (DPS, PriorSelect)):
+            assert a.n_rollouts == cap
+        if isinstance(alloc, OSLA) and alloc.fill:  # budget-neutral: exactly the cap (k_init·B + budget or k_max·B)
             assert a.n_rollouts == cap
 
 

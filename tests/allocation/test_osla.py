@@ -1,4 +1,4 @@
-"""OSLA (SPEC §3.3): the stopping rule, its round schedules, the global-budget variant, and bad input."""
+"""OSLA (SPEC §3.3): the stopping rule, its round schedules, the global-budget variant and its fill, and bad input."""
 
 from __future__ import annotations
 
@@ -168,6 +168,65 @@ def test_extra_budget_goes_to_the_largest_gain():
         assert b.n_rollouts <= 100 * K_INIT + budget
 
 
+def test_fill_spends_the_whole_budget_on_the_least_sampled_prompts():
+    """fill=True (budget-neutral OSLA): exact priors (V = +1 against 4 × (+1): Δ̂² = 0) stop every prompt at k_init,
+    so the rule spends nothing; the 5 extras go one at a time to the least-sampled prompt, ties by pool index:
+    (4, 4, 4) → (5, 5, 5) → (6, 6, 5). Total 3·4 + 5 = 17 exactly; filled_rollouts = 5."""
+    seqs = np.ones((3, K_MAX))
+    a = allocate(OSLA(extra_budget=5, fill=True), streams(seqs), n_prompts=3, rng=np.random.default_rng(0),
+                 prior=np.ones(3))  # fmt: skip
+    np.testing.assert_array_equal(a.counts, [6, 6, 5])
+    assert a.n_rollouts == 17 and a.stats["filled_rollouts"] == 5 and a.kept.all()
+
+
+def test_fill_tops_up_after_the_rule_by_hand():
+    """The rule first: prompt 1 (V = −1 against +1s: Δ̂² = 4 − 1/k) continues while gain(k) > c = 0.03 — gain(4) =
+    0.0445, gain(5) = 0.0303, gain(6) = 0.0220 — so it buys 2 extras (k = 6); the other prompts are accepted at 4. Of
+    extra_budget = 7, the fill spends the 5 left: (4, 6, 4) → (5, 6, 5) → (6, 6, 6) → (7, 6, 6). fill=False stops at
+    (4, 6, 4) and reports no filled_rollouts."""
+    assert osla_gain(4 - 1 / 5, 5) > 0.03 > osla_gain(4 - 1 / 6, 6)
+    seqs, prior = np.ones((3, K_MAX)), np.array([1.0, -1.0, 1.0])
+    filled = allocate(OSLA(c=0.03, extra_budget=7, fill=True), streams(seqs), n_prompts=3,
+                      rng=np.random.default_rng(0), prior=prior)  # fmt: skip
+    np.testing.assert_array_equal(filled.counts, [7, 6, 6])
+    assert filled.n_rollouts == 12 + 7 and filled.stats["filled_rollouts"] == 5
+    assert filled.stats["extra_rollouts"] == 7
+    plain = allocate(OSLA(c=0.03, extra_budget=7), streams(seqs), n_prompts=3, rng=np.random.default_rng(0),
+                     prior=prior)  # fmt: skip
+    np.testing.assert_array_equal(plain.counts, [4, 6, 4])
+    assert "filled_rollouts" not in plain.stats
+
+
+def test_fill_respects_k_max_and_stops_early_only_there():
+    """k_max = 5 with 3 prompts at k_init = 4 and extra_budget = 10: the fill can add one per prompt, so it stops at
+    (5, 5, 5) = 15 < 12 + 10 (the documented only case below the budget)."""
+    a = allocate(OSLA(k_max=5, extra_budget=10, fill=True), streams(np.ones((3, K_MAX))), n_prompts=3,
+                 rng=np.random.default_rng(0), prior=np.ones(3))  # fmt: skip
+    np.testing.assert_array_equal(a.counts, [5, 5, 5])
+    assert a.stats["filled_rollouts"] == 3
+
+
+def test_fill_total_is_exact_statistically():
+    """On random pools, priors, budgets, k_max and both schedules: rollouts = min(B·k_init + extra_budget, B·k_max)
+    exactly with fill=True (every step, 200 draws), and never more than k_max per prompt."""
+    rng = np.random.default_rng(12)
+    for _ in range(200):
+        n, b, k_max = int(rng.integers(1, 40)), int(rng.integers(1, 40)), int(rng.integers(4, 12))
+        budget = int(rng.integers(0, 120))
+        schedule, c = str(rng.choice(["plus_one", "jump"])), float(rng.choice([0.0, 0.0039, 0.05]))
+        alloc = OSLA(k_max=k_max, batch_size=b, extra_budget=budget, fill=True, schedule=schedule, c=c)
+        a = allocate(alloc, bernoulli(rng.uniform(size=n), rng), n_prompts=n, rng=rng, prior=rng.uniform(-1, 1, n))
+        bb = min(b, n)
+        assert a.n_rollouts == min(bb * K_INIT + budget, bb * k_max)
+        assert a.counts.max() <= k_max
+
+
+def test_fill_needs_extra_budget():
+    """fill=True without extra_budget has no total to fill to: a ValueError naming fill and extra_budget."""
+    with pytest.raises(ValueError, match="fill=True needs extra_budget"):
+        OSLA(fill=True)
+
+
 def test_batch_size_samples_the_first_prompts():
     """batch_size limits OSLA to the first prompts of the pool; the rest are neither sampled nor kept."""
     rng = np.random.default_rng(7)
@@ -203,6 +262,7 @@ def test_k_init_below_4_warns_not_fails():
         ({"noise": "gauss"}, "noise"),
         ({"extra_budget": -1}, "extra_budget"),
         ({"batch_size": 0}, "batch_size"),
+        ({"fill": "yes", "extra_budget": 4}, "fill"),
     ],
 )
 def test_bad_config_raises(options, match):

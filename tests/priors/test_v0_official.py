@@ -348,7 +348,7 @@ def test_tabpfn_head_is_configured_as_v0(tmp_path, monkeypatch):
     are softmaxed and p maps to E[s] = 2p − 1 (isotonic option: p itself, for the provider's map)."""
     monkeypatch.setitem(sys.modules, "tabpfn", types.SimpleNamespace(TabPFNClassifier=FakeTabPFN))
     ckpt = tmp_path / TABPFN_CHECKPOINT
-    ckpt.write_bytes(b"")
+    torch.save({"state_dict": {}, "config": {}}, ckpt)  # weights-only loadable: v05 checks it before TabPFN reads it
     x = np.array([[0.3, 1.0], [-0.2, 2.0], [1.5, 0.0]])
     y = np.array([0.0, -0.25, 1.0])  # s = 0 counts as a pass: (0 + 1)/2 ≥ 0.5
     head = V0TabPFNHead(checkpoint=str(tmp_path)).fit(x, y)

@@ -25,9 +25,10 @@ PER_STEP = ("tokens_total", "wall_time", "rollouts_per_prompt", "k_hist", "zero_
 def method_overrides(estimator: str, allocator: str) -> list[str]:
     """Overrides that make a valid config for the pair (a prior where the estimator or OSLA needs one)."""
     out = [f"estimator.name={estimator}", f"allocator.name={allocator}"]
-    k_opt = {"fixed": "k", "osla": "k_init", "dynamic_sampling": "k", "sara": "group_size", "dps": "k"}[allocator]
+    k_opt = {"fixed": "k", "osla": "k_init", "dynamic_sampling": "k", "sara": "group_size", "dps": "k",
+             "prior_select": "k"}[allocator]  # fmt: skip
     out.append(f"allocator.options={{{k_opt}: 4}}")
-    if ESTIMATORS[estimator].uses_prior or allocator == "osla":
+    if ESTIMATORS[estimator].uses_prior or allocator in ("osla", "prior_select"):
         out.append("prior.name=running_mean")
     if allocator == "osla":
         out.append("allocator.options.k_max=8")
@@ -56,7 +57,9 @@ def test_every_estimator_and_allocator_trains_a_few_steps(tmp_path, tiny_overrid
     assert steps[-1]["rollouts_total"] == sum(r["rollouts_step"] for r in steps) == res.rollouts_total
     if allocator == "osla":
         assert all("reject_rate" in r and "mean_weight" in r for r in steps)
-    if ESTIMATORS[estimator].uses_prior or allocator == "osla":
+    if allocator == "prior_select":
+        assert all("predicted_signal" in r and "explored" in r for r in steps)
+    if ESTIMATORS[estimator].uses_prior or allocator in ("osla", "prior_select"):
         assert all("prior/tau2" in r for r in steps)
     assert (tmp_path / "run" / "config.yaml").exists() and (tmp_path / "run" / "final" / "config.json").exists()
 

@@ -4,7 +4,8 @@
   ``Allocator`` protocol.
 - :mod:`~v05.allocation.uniform`: ``Fixed`` (GRPO's k per prompt) and ``DynamicSampling`` (DAPO).
 - :mod:`~v05.allocation.osla`: V0.5's one-step-look-ahead budget. :mod:`~v05.allocation.sara`: SARA.
-  :mod:`~v05.allocation.dps`: DPS's HMM prompt selection.
+  :mod:`~v05.allocation.dps`: DPS's HMM prompt selection. :mod:`~v05.allocation.select`: ``PriorSelect``, prompt
+  selection by the value prior's predicted outcome variance.
 - :mod:`~v05.allocation.posterior`: ``BetaPosterior`` and the discounted ``BetaHistory`` (shared with the ``dbb``
   estimator and the ``history`` prior); :mod:`~v05.allocation.keyed`: the sorted-key store behind every per-prompt
   state.
@@ -15,6 +16,7 @@ from v05.allocation.driver import Allocation, Allocator, Draw, Pool, SampleFn, a
 from v05.allocation.osla import OSLA
 from v05.allocation.posterior import BetaHistory, BetaPosterior
 from v05.allocation.sara import SARA
+from v05.allocation.select import PriorSelect
 from v05.allocation.uniform import DynamicSampling, Fixed
 
 __all__ = [
@@ -30,6 +32,7 @@ __all__ = [
     "DynamicSampling",
     "Fixed",
     "Pool",
+    "PriorSelect",
     "SampleFn",
     "allocate",
 ]

@@ -15,7 +15,8 @@ Protocol (``S`` is the allocator's own frozen round state):
 
 This module holds the driver and the protocol; the allocators live beside it in the package: ``Fixed`` and
 ``DynamicSampling`` (:mod:`v05.allocation.uniform`), ``OSLA`` (:mod:`v05.allocation.osla`), ``SARA``
-(:mod:`v05.allocation.sara`), ``DPS`` (:mod:`v05.allocation.dps`); names are in ``v05.registry.ALLOCATORS``.
+(:mod:`v05.allocation.sara`), ``DPS`` (:mod:`v05.allocation.dps`), ``PriorSelect`` (:mod:`v05.allocation.select`);
+names are in ``v05.registry.ALLOCATORS``.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ class Pool:
             across steps (SARA, DPS) require them (:func:`require_keys`): pool positions change between steps.
         prior: (P,) value-model prior on the reward scale, or None.
         n0: (P,) the prior's worth in rollouts (its pseudo-count σ̄²/τ², from ``v05_eb``'s state or a provider's
-            calibration), or None; read by OSLA's ``eb_guard`` rule.
+            calibration), or None; read by OSLA's ``eb_guard`` rule and by ``PriorSelect``'s belief.
         reward_range: ``"pm1"`` or ``"01"``.
         rng: the step's random generator (allocators that randomise draw from it).
     """
@@ -153,8 +154,9 @@ def allocate(
         sample: ``sample(prompt_ids, counts) -> rewards`` (see ``SampleFn``).
         n_prompts: P, the candidate pool size.
         rng: random generator for allocators that randomise.
-        prior: (P,) prior on the reward scale (needed by ``osla``), or None.
-        n0: the prior's pseudo-count, scalar or (P,) ≥ 0 (needed by ``osla`` with ``test="eb_guard"``), or None.
+        prior: (P,) prior on the reward scale (needed by ``osla`` and ``prior_select``), or None.
+        n0: the prior's pseudo-count, scalar or (P,) ≥ 0 (needed by ``osla`` with ``test="eb_guard"``; read by
+            ``prior_select``, which falls back to its ``default_n0``), or None.
         keys: (P,) stable prompt keys (ints or strings; required by ``sara`` and ``dps``, which keep per-prompt state
             across steps).
         reward_range: ``"pm1"`` or ``"01"``.

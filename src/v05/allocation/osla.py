@@ -12,8 +12,8 @@ predictive (:func:`v05.baselines.eb_guard_pvalue` < ``guard_level``; needs the p
 loses its prior, so its baseline is the group mean, MSE σ²/k, and it continues while σ²/(k(k + 1)) > c.
 
 Deviations from the paper (whose exact rule is not public; SPEC marks it *reconstructed*): the batched round
-schedule (``plus_one`` or ``jump`` to the predicted stopping k), the global ``extra_budget`` variant and the
-``eb_guard`` test (ours).
+schedule (``plus_one`` or ``jump`` to the predicted stopping k), the global ``extra_budget`` variant, its
+budget-neutral ``fill`` (every step spends exactly batch_size·k_init + extra_budget) and the ``eb_guard`` test (ours).
 """
 
 from __future__ import annotations
@@ -113,6 +113,7 @@ class _OslaRound:
     extra_left: int | None  # remaining global extra budget
     reward_range: RewardRange
     first_reject: BoolArray | None = None  # (P,) the test's verdict after round 0
+    filled: int = 0  # rollouts granted by ``fill`` so far
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -129,6 +130,17 @@ class OSLA:
 
         rollouts ≤ batch_size · k_max   (and ≤ batch_size · k_init + extra_budget)
 
+    Budget-neutral OSLA (``fill=True``, with ``extra_budget``; ours): once the rule stops asking, whatever it left
+    of ``extra_budget`` is drawn in one more round, one rollout at a time to the sampled prompt with the largest
+    group-mean gain σ²/(k(k + 1)) at σ² = 1 — the least-sampled prompt first, ties by lower pool index — capped at
+    k_max per prompt (the rule is then re-tested; it has no budget left unless every prompt is at k_max). So OSLA
+    never buys depth by sampling fewer prompts, and it compares with fixed k at equal rollouts per step:
+
+        rollouts = min(batch_size · k_init + extra_budget, batch_size · k_max)   (fill=True)
+
+    The total falls below batch_size · k_init + extra_budget only when every sampled prompt reached k_max (the
+    fill stops early); ``filled_rollouts`` in the stats counts what the fill drew.
+
     With ``test="eb_guard"`` the prior is tested by ``v05_eb``'s guard instead (see the module docstring; needs
     ``allocate(..., n0=...)``): prompts it flags receive extras while σ²/(k(k + 1)) > c, the others stop at k_init.
 
@@ -137,8 +149,8 @@ class OSLA:
     ``k_init < 4`` warns: below 4 a single flipped outcome can reject an exact prior (SPEC §3.2).
     Statistics returned per step (``Allocation.stats``, SPEC §3.3): ``reject_rate`` (the test's rejections after
     round 0), ``continued_frac``, ``extra_rollouts``, ``mean_k``, ``k_hist`` (counts of k = 0, 1, ...),
-    ``mean_weight`` (ŵ at the final k; ``eb_guard``: k/(k + n0) with n0 = 0 where flagged) and ``mean_abs_shift``
-    (|b − v̄| at the final k).
+    ``mean_weight`` (ŵ at the final k; ``eb_guard``: k/(k + n0) with n0 = 0 where flagged), ``mean_abs_shift``
+    (|b − v̄| at the final k) and, with ``fill``, ``filled_rollouts``.
 
     References: Zhang et al. (2026) "V0.5: Generalist Value Model as a Prior for Sparse RL Rollouts",
     arXiv:2603.10848 (OSLA, c = 0.0039, k_init = 4, k_max = 16; the rule's exact form is reconstructed).
@@ -163,6 +175,9 @@ class OSLA:
     """``"v05"``: the paper's test (Δ̂² > 0); ``"eb_guard"``: ``v05_eb``'s Beta–Binomial guard (needs n0)."""
     guard_level: float = 0.01
     """level of the ``eb_guard`` test (a prompt is flagged when its p-value is below it)."""
+    fill: bool = False
+    """spend exactly batch_size·k_init + extra_budget rollouts per step: what the rule leaves of ``extra_budget``
+    goes to the least-sampled prompts (up to k_max); needs ``extra_budget``. False: the rule alone (≤ that total)."""
 
     def __post_init__(self) -> None:
         check_int(self.k_init, "k_init", 1)
@@ -182,6 +197,10 @@ class OSLA:
             check_int(self.batch_size, "batch_size", 1, hint=" (or None for the whole pool)")
         if self.extra_budget is not None:
             check_int(self.extra_budget, "extra_budget", 0, hint=" (or None for no global cap)")
+        if not isinstance(self.fill, (bool, np.bool_)):
+            raise ValueError(f"fill must be True or False, got {self.fill!r}")
+        if self.fill and self.extra_budget is None:
+            raise ValueError("fill=True needs extra_budget (the rollouts to spend beyond k_init per step); set it")
         if self.k_init < 4:
             warnings.warn(
                 f"OSLA with k_init={self.k_init} < 4: one flipped outcome can reject an exact prior (SPEC §3.2); "
@@ -229,11 +248,14 @@ class OSLA:
             want = go.astype(np.int64)
         else:
             want = np.where(go, _stop_k(delta2, k, self.c, self.k_max, sigma2) - k, 0)
-        extra_left = s.extra_left
+        extra_left, filled = s.extra_left, s.filled
         if extra_left is not None:
             want, extra_left = _greedy(want, gain, extra_left)
+            if self.fill and extra_left > 0 and not want.any():  # the rule stopped with budget left
+                want = _fill(k, s.active, extra_left, self.k_max)
+                extra_left, filled = extra_left - int(want.sum()), filled + int(want.sum())
         first = s.first_reject if s.first_reject is not None else s.active & reject
-        return _OslaRound(s.prior, s.n0, s.active, k, total, want, extra_left, s.reward_range, first)
+        return _OslaRound(s.prior, s.n0, s.active, k, total, want, extra_left, s.reward_range, first, filled)
 
     def finish(self, s: _OslaRound) -> Finish:  # noqa: D102
         act = np.flatnonzero(s.active)
@@ -260,6 +282,8 @@ class OSLA:
             "mean_weight": float(weight.mean()),
             "mean_abs_shift": float(np.mean(np.abs(base - vbar))),
         }
+        if self.fill:
+            stats["filled_rollouts"] = s.filled
         return Finish(s.active.copy(), None, stats)
 
     def _test(
@@ -290,6 +314,24 @@ def _greedy(want: IntArray, gain: FloatArray, budget: int) -> tuple[IntArray, in
     out = np.zeros_like(want)
     out[order] = grant
     return out, budget - int(grant.sum())
+
+
+def _fill(k: IntArray, active: BoolArray, budget: int, k_max: int) -> IntArray:
+    """Water-fill ``budget`` rollouts over the active prompts: each to the smallest k + grant, never past k_max.
+
+    The smallest k has the largest group-mean gain σ²/(k(k + 1)); ties go to the lower pool index. Fewer than
+    ``budget`` are granted only when every active prompt is at k_max.
+    """
+    grant = np.zeros_like(k)
+    while budget > 0:
+        level = np.where(active & (k + grant < k_max), k + grant, np.iinfo(np.int64).max)  # (P,)
+        low = int(level.min())
+        if low == np.iinfo(np.int64).max:
+            break  # every active prompt is at k_max
+        at_low = np.flatnonzero(level == low)[:budget]  # in pool index order
+        grant[at_low] += 1
+        budget -= len(at_low)
+    return grant
 
 
 __all__ = ["OSLA", "OslaTest", "Schedule", "osla_gain", "osla_stop_k"]

@@ -91,6 +91,13 @@ def bundled_v0_path() -> Path:
 
 
 def _read_rows(path: Path) -> list[tuple[str, float, tuple[str, str, int]]]:
+    try:
+        return _parse_rows(path)
+    except UnicodeDecodeError as err:  # a binary file (e.g. a pickle) with a .jsonl name: refused, never unpickled
+        raise ValueError(f"{path}: not UTF-8 JSON lines ({err.reason} at byte {err.start})") from None
+
+
+def _parse_rows(path: Path) -> list[tuple[str, float, tuple[str, str, int]]]:
     rows = []
     with path.open(encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, 1):
@@ -114,8 +121,11 @@ def _read_rows(path: Path) -> list[tuple[str, float, tuple[str, str, int]]]:
 def load_v0(path: str | Path | None = None) -> V0Dataset:
     """Load a V0-format directory (the bundled data when ``path`` is None).
 
+    Only JSON is read (never pickle), so a crafted file is refused as malformed.
+
     Raises:
-        ValueError: missing directory, context or prompt file, no query file, malformed rows, unknown prompt keys.
+        ValueError: missing directory, context or prompt file, no query file, a file that is not UTF-8 JSON,
+            malformed rows, unknown prompt keys.
     """
     root = bundled_v0_path() if path is None else Path(path)
     if not root.is_dir():
@@ -132,6 +142,8 @@ def load_v0(path: str | Path | None = None) -> V0Dataset:
         prompts = json.loads(prompt_file.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
         raise ValueError(f"{prompt_file}: invalid JSON ({err})") from None
+    except UnicodeDecodeError as err:  # a binary file (e.g. a pickle) with a .json name: refused, never unpickled
+        raise ValueError(f"{prompt_file}: not UTF-8 JSON ({err.reason} at byte {err.start})") from None
     if not isinstance(prompts, dict):
         raise ValueError(f"{prompt_file}: expected an object mapping prompt keys to texts")
 

@@ -18,6 +18,7 @@ import hashlib
 import json
 import logging
 import os
+import pickle
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from typing import Protocol
 
 import numpy as np
 
+from v05._checks import error_line
 from v05._types import FloatArray
 
 log = logging.getLogger(__name__)
@@ -135,7 +137,10 @@ class SentenceTransformerBackend:
                 raise ValueError(
                     f"sentence-transformers model directory not found: {path} (only local paths load here)"
                 )
-            self.model_ = SentenceTransformer(path, device=self.device, trust_remote_code=False)
+            try:  # a .bin-only model is read by transformers / sentence-transformers with weights_only=True
+                self.model_ = SentenceTransformer(path, device=self.device, trust_remote_code=False)
+            except (OSError, ValueError, KeyError, pickle.UnpicklingError) as err:
+                raise ValueError(f"sentence-transformers model {path} could not be loaded: {error_line(err)}") from None
             self.model_.max_seq_length = self.max_seq_length  # type: ignore[attr-defined]
         return self.model_
 
@@ -196,20 +201,20 @@ class HFEncoderBackend:
                 raise ValueError(f"HF encoder directory not found: {self.path}")
             if self.num_threads > 0:
                 torch.set_num_threads(self.num_threads)
-            self.tokenizer_ = AutoTokenizer.from_pretrained(
-                self.path, local_files_only=True, trust_remote_code=False, padding_side="left"
-            )
-            self.model_ = (
-                AutoModel.from_pretrained(
+            try:
+                self.tokenizer_ = AutoTokenizer.from_pretrained(
+                    self.path, local_files_only=True, trust_remote_code=False, padding_side="left"
+                )
+                model = AutoModel.from_pretrained(
                     self.path,
                     local_files_only=True,
                     trust_remote_code=False,
                     use_safetensors=True,
                     dtype=getattr(torch, self.dtype),
                 )
-                .to(self.device)
-                .eval()
-            )
+            except (OSError, ValueError, KeyError) as err:  # e.g. no model.safetensors: .bin files are never read
+                raise ValueError(f"HF encoder {self.path} could not be loaded: {error_line(err)}") from None
+            self.model_ = model.to(self.device).eval()
         return self.tokenizer_, self.model_
 
     def hidden_states(self, texts: Sequence[str]) -> tuple[object, object]:

@@ -18,6 +18,7 @@ scikit-learn is imported inside the heads, so importing this module is cheap.
 
 from __future__ import annotations
 
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,7 @@ from typing import Literal, Protocol
 
 import numpy as np
 
+from v05._checks import error_line
 from v05._types import FloatArray
 
 HeadOutput = Literal["score", "prob_nonneg"]
@@ -299,7 +301,22 @@ def check_tabpfn_checkpoint(checkpoint: str | None) -> Path:
         path = path / TABPFN_CHECKPOINT
     if not path.is_file():
         raise ValueError(f"TabPFN checkpoint file not found: {path}; {how}")
+    _check_weights_only(path)
     return path
+
+
+def _check_weights_only(path: Path) -> None:
+    """Refuse a checkpoint that needs arbitrary unpickling before TabPFN opens it.
+
+    TabPFN calls ``torch.load(path, weights_only=None)``: weights-only under torch >= 2.6, but a full unpickle when
+    ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` is set. This explicit check (memory-mapped, so cheap) makes it safe either way.
+    """
+    import torch
+
+    try:
+        torch.load(str(path), map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
+    except Exception as err:  # noqa: BLE001 - unpickling refused or corrupt: report, never retry unsafely
+        raise ValueError(f"TabPFN checkpoint {path}: not a weights-only torch checkpoint ({error_line(err)})") from None
 
 
 def _unit_rows(x: FloatArray) -> FloatArray:

@@ -30,6 +30,7 @@ from typing import Literal
 
 import numpy as np
 
+from v05._checks import error_line
 from v05._types import FloatArray
 from v05.priors.embeddings import PROGRESS_MIN_PROMPTS, HFEncoderBackend
 
@@ -173,7 +174,7 @@ def load_weights_file(path: str | Path) -> dict[str, object]:
     Namespace); anything else that is not a tensor or plain container is refused, never unpickled.
 
     Raises:
-        ValueError: the file is missing, needs arbitrary unpickling, or does not hold a dict.
+        ValueError: the file is missing, is not valid safetensors, needs arbitrary unpickling, or does not hold a dict.
     """
     import argparse
 
@@ -185,12 +186,15 @@ def load_weights_file(path: str | Path) -> dict[str, object]:
     if path.suffix == ".safetensors":
         from safetensors.torch import load_file
 
-        return dict(load_file(str(path)))
+        try:
+            return dict(load_file(str(path)))
+        except Exception as err:  # noqa: BLE001 - SafetensorError or OSError: a corrupt or disguised file
+            raise ValueError(f"{path}: not a safetensors file ({error_line(err)})") from None
     try:
         with torch.serialization.safe_globals([argparse.Namespace]):
             obj = torch.load(str(path), map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
     except Exception as err:  # noqa: BLE001 - unpickling refused or corrupt: report, never retry unsafely
-        raise ValueError(f"{path}: not a weights-only torch checkpoint ({type(err).__name__}: {err})") from None
+        raise ValueError(f"{path}: not a weights-only torch checkpoint ({error_line(err)})") from None
     if not isinstance(obj, dict):
         raise ValueError(f"{path}: expected a dict of tensors, got {type(obj).__name__}")
     return {str(k): v for k, v in obj.items()}

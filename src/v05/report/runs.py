@@ -19,6 +19,7 @@ from typing import Any, overload
 
 import numpy as np
 
+from v05._checks import error_line
 from v05._types import FloatArray, IntArray
 
 log = logging.getLogger(__name__)
@@ -95,8 +96,8 @@ def _read_config(path: Path) -> dict[str, Any]:
 
     try:
         data = yaml.safe_load(file.read_text())
-    except yaml.YAMLError as err:
-        raise ValueError(f"{file}: not valid YAML ({err})") from None
+    except yaml.YAMLError as err:  # safe_load refuses !!python/... tags with a ConstructorError
+        raise ValueError(f"{file}: not valid YAML ({error_line(err)})") from None
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -10,7 +10,14 @@ from v05.registry import ALLOCATORS, get_allocator, get_estimator
 from v05.sim.priors import PriorSpec, parse_prior
 from v05.sim.specs import Spec, parse_spec
 
-K_OPTION = {"fixed": "k", "osla": "k_init", "dynamic_sampling": "k", "sara": "group_size", "dps": "k"}
+K_OPTION = {
+    "fixed": "k",
+    "osla": "k_init",
+    "dynamic_sampling": "k",
+    "sara": "group_size",
+    "dps": "k",
+    "prior_select": "k",
+}
 """The option of each allocator that the grid's k sets (its base group size)."""
 
 

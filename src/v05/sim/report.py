@@ -87,8 +87,8 @@ def render_table(result: SimResult, console: Console, *, prior: str | None = Non
         "MSE: baseline vs true μ, mean over prompts of the per-rollout squared error (exact binomial "
         "expectation where the method says so). Var ΣA: variance across steps of a group's summed advantage "
         "(0 by construction for GRPO/Dr.GRPO/RLOO: their advantages sum to zero in every group; dbb's are "
-        "model_std-scaled). Pool allocators (dynamic_sampling, sara, dps) keep different prompts (drawn from the "
-        "context rows), so their MSE is not comparable row-by-row.[/dim]"
+        "model_std-scaled). Pool allocators (dynamic_sampling, sara, dps, prior_select) keep different prompts "
+        "(drawn from the context rows), so their MSE is not comparable row-by-row.[/dim]"
     )
 
 

@@ -12,13 +12,13 @@ How each record is computed (``method``):
 - ``exact_given_state``: fixed k with ``v05_eb``: the state runs on sampled steps; each step whose state already
   holds ``min_groups`` groups is scored by the exact expectation given that state (the first step, whose n0 comes
   from the batch itself, is scored by its sample). SE over replicates.
-- ``monte_carlo``: everything else (OSLA, dynamic_sampling, SARA, DPS, dbb). All estimators of one cell score the
-  same sampled rollouts (common random numbers). SE over replicates.
+- ``monte_carlo``: everything else (OSLA, dynamic_sampling, SARA, DPS, prior_select, dbb). All estimators of one cell
+  score the same sampled rollouts (common random numbers). SE over replicates.
 OSLA's ``eb_guard`` test is given the prior's calibrated pseudo-count n0 = E[1 − μ²]/E[(V − μ)²] over the cell (what
-a perfectly calibrated provider reports). Pool-selecting allocators (dynamic_sampling, sara, dps) draw from each
-batch's context rows (V0) as the candidate pool, keep as many groups as the batch has prompts, and see the
-``context_mean`` prior unless the prior is a built-in one. Their MSE is over the groups they kept, i.e. over
-different prompts than the fixed-batch methods.
+a perfectly calibrated provider reports; ``prior_select``'s belief reads it too). Pool-selecting allocators
+(dynamic_sampling, sara, dps, prior_select) draw from each batch's context rows (V0) as the candidate pool, keep as
+many groups as the batch has prompts, and see the ``context_mean`` prior unless the prior is a built-in one. Their
+MSE is over the groups they kept, i.e. over different prompts than the fixed-batch methods.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ EXACT_ESTIMATORS = frozenset({"grpo", "drgrpo", "rloo", "reinforce_pp_baseline",
 """Baseline = a per-group function of (rewards, prior, fixed parameters): exact under fixed allocation."""
 STATE_EXACT_ESTIMATORS = frozenset({"v05_eb"})
 """Exact given the state carried in from earlier steps."""
-POOL_ALLOCATORS = frozenset({"dynamic_sampling", "sara", "dps"})
+POOL_ALLOCATORS = frozenset({"dynamic_sampling", "sara", "dps", "prior_select"})
 """Allocators that select groups from a larger candidate pool."""
 SWEEP_ESTIMATORS = ("grpo", "v05", "v05_eb")
 """Estimators run under the prior-quality sweep (``noise_sweep``)."""

@@ -20,6 +20,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from v05._checks import error_line
 from v05.tasks.base import Prompt, Scores, check_unique_keys, prompt_key
 from v05.tasks.verify import score_batch
 
@@ -173,6 +174,13 @@ def _read_records(path: Path, limit: int | None) -> list[tuple[str, int, object]
         return [(f"{path} row {i}", i, row) for i, row in enumerate(rows)]
     if suffix not in JSONL_SUFFIXES:
         raise ValueError(f"{path}: unknown file type {suffix!r}; use {', '.join(JSONL_SUFFIXES + PARQUET_SUFFIXES)}")
+    try:
+        return _read_jsonl(path, limit)
+    except UnicodeDecodeError as err:  # a binary file (e.g. a pickle) with a .jsonl name: refused, never unpickled
+        raise ValueError(f"{path}: not UTF-8 JSON lines ({err.reason} at byte {err.start})") from None
+
+
+def _read_jsonl(path: Path, limit: int | None) -> list[tuple[str, int, object]]:
     records: list[tuple[str, int, object]] = []
     with path.open(encoding="utf-8") as f:
         for line_no, line in enumerate(f, start=1):
@@ -197,7 +205,10 @@ def _read_parquet(path: Path) -> list[object]:
     except ImportError:
         pq = None
     if pq is not None:
-        return pq.read_table(path).to_pylist()
+        try:
+            return pq.read_table(path).to_pylist()
+        except (ValueError, OSError) as err:  # ArrowInvalid is a ValueError: not Parquet (e.g. a disguised pickle)
+            raise ValueError(f"{path}: not a readable Parquet file ({error_line(err)})") from None
     try:
         import pandas as pd
     except ImportError:

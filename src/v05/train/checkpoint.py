@@ -6,6 +6,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from v05._checks import error_line
 from v05.train.config import TrainConfig
 from v05.train.rundir import latest_checkpoint, save_checkpoint
 from v05.train.state import Counters, state_to_json
@@ -59,11 +60,19 @@ def save_state(
 def restore_state(
     ckpt: Path, tensors: dict, state: dict, model: Any, optimizer: Any, scheduler: Any, engine: Any
 ) -> None:
-    """Load a checkpoint's weights, optimizer, scheduler, engine RNG and torch RNG into the live objects."""
+    """Load a checkpoint's weights, optimizer, scheduler, engine RNG and torch RNG into the live objects.
+
+    Raises:
+        ValueError: ``policy/model.safetensors`` is missing or not a safetensors file (nothing else is tried).
+    """
     import torch  # noqa: PLC0415
     from safetensors.torch import load_model  # noqa: PLC0415
 
-    load_model(model, str(ckpt / "policy" / "model.safetensors"))
+    weights = ckpt / "policy" / "model.safetensors"
+    try:
+        load_model(model, str(weights))
+    except Exception as err:  # noqa: BLE001 - SafetensorError, OSError, missing/unexpected keys: report the file
+        raise ValueError(f"{weights}: cannot restore the policy ({error_line(err)})") from None
     optimizer.load_state_dict(tensors["optimizer"])
     scheduler.load_state_dict(tensors["scheduler"])
     engine.load_state_dict(tensors["engine"])

@@ -21,14 +21,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 import omegaconf
+import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from v05._checks import reward_range_text
+from v05._checks import error_line, reward_range_text
 from v05.engines.hf import GenerationConfig
 from v05.priors import PROVIDERS
 from v05.registry import ALLOCATORS, get_allocator, get_estimator
 from v05.tasks import TASKS
+from v05.train.config_paths import check_paths
 from v05.train.critic import CriticConfig
 from v05.train.features import FeatureConfig
 from v05.train.loss import LossConfig
@@ -94,13 +96,14 @@ class AllocatorConfig:
     """The rollout allocator; its ``batch_size`` is ``train.batch_size``."""
 
     name: str = "fixed"
-    """allocator name in ``v05.registry.ALLOCATORS`` (fixed, osla, dynamic_sampling, sara, dps)."""
+    """allocator name in ``v05.registry.ALLOCATORS`` (fixed, osla, dynamic_sampling, sara, dps, prior_select)."""
     options: dict[str, Any] = field(default_factory=dict)
-    """its options: the base group size (fixed/dynamic_sampling/dps ``k``, osla ``k_init``, sara ``group_size``;
-    fixed defaults to k = 4) and the rest (``k_max``, ``c``, ``max_rounds`` ...)."""
+    """its options: the base group size (fixed/dynamic_sampling/dps/prior_select ``k``, osla ``k_init``, sara
+    ``group_size``; fixed defaults to k = 4) and the rest (``k_max``, ``c``, ``max_rounds`` ...)."""
     pool_factor: int | None = None
     """candidate pool per step = batch_size × pool_factor prompts (None: 1 for fixed/osla, max_rounds × gen batch
-    for dynamic_sampling, 4 for sara and dps). Prompts the allocator does not sample go back to the queue."""
+    for dynamic_sampling, 4 for sara, dps and prior_select). Prompts the allocator does not sample go back to the
+    queue."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -311,7 +314,7 @@ def load_config(config: str | None = None, overrides: list[str] | tuple[str, ...
     try:
         merged = OmegaConf.structured(TrainConfig)
         if config is not None:
-            merged = OmegaConf.merge(merged, _literal_strings(OmegaConf.load(resolve_config_path(config))))
+            merged = OmegaConf.merge(merged, _literal_strings(_load_yaml(resolve_config_path(config))))
         if overrides:
             merged = OmegaConf.merge(merged, _literal_strings(OmegaConf.from_dotlist(list(overrides))))
         cfg: TrainConfig = OmegaConf.to_object(merged)  # type: ignore[assignment]
@@ -324,6 +327,22 @@ def load_config(config: str | None = None, overrides: list[str] | tuple[str, ...
     cfg = resolve_prompt_form(cfg)
     check_config(cfg)
     return cfg
+
+
+def _load_yaml(path: Path) -> omegaconf.DictConfig:
+    """A config file as a mapping, parsed by OmegaConf's YAML loader (a ``yaml.SafeLoader``: no python tags).
+
+    Raises:
+        ValueError: the file is not UTF-8 YAML, uses a tag the safe loader refuses (``!!python/...``), or its top
+            level is not a mapping.
+    """
+    try:
+        node = OmegaConf.load(path)
+    except (yaml.YAMLError, UnicodeDecodeError, OSError) as err:  # ConstructorError for !!python/... tags
+        raise ValueError(f"config {path}: not a safe YAML mapping ({error_line(err)})") from None
+    if not isinstance(node, omegaconf.DictConfig):
+        raise ValueError(f"config {path}: the top level must be a mapping (task:, policy:, ...)")
+    return node
 
 
 def resolve_prompt_form(cfg: TrainConfig) -> TrainConfig:
@@ -445,7 +464,7 @@ def _check_osla_pairing(cfg: TrainConfig) -> None:
 
 
 def _check_rest(cfg: TrainConfig, need: Any) -> None:
-    """The checks every estimator shares: allocator, prior, task."""
+    """The checks every estimator shares: allocator, prior, task, local paths (:mod:`v05.train.config_paths`)."""
     tr = cfg.train
     # allocator: a registered name with valid options (batch_size is the loop's)
     need(cfg.allocator.name in ALLOCATORS, "allocator.name",
@@ -456,6 +475,8 @@ def _check_rest(cfg: TrainConfig, need: Any) -> None:
     if cfg.allocator.name == "osla":
         need(cfg.prior.name is not None, "prior.name", "allocator 'osla' tests a prior: set prior.name")
         _check_osla_pairing(cfg)
+    if cfg.allocator.name == "prior_select":
+        need(cfg.prior.name is not None, "prior.name", "allocator 'prior_select' selects by a prior: set prior.name")
     try:
         get_allocator(cfg.allocator.name, batch_size=tr.batch_size, **cfg.allocator.options)
     except (ValueError, TypeError) as err:
@@ -464,6 +485,7 @@ def _check_rest(cfg: TrainConfig, need: Any) -> None:
         need(cfg.prior.name in PROVIDERS, "prior.name",
              f"unknown prior provider {cfg.prior.name!r}; valid: {', '.join(PROVIDERS)}")  # fmt: skip
     need(cfg.task.name in TASKS, "task.name", f"unknown task {cfg.task.name!r}; valid: {', '.join(TASKS)}")
+    check_paths(cfg)
 
 
 __all__ = [

@@ -47,6 +47,7 @@ import numpy as np
 import yaml
 from tqdm.auto import tqdm
 
+from v05._checks import error_line
 from v05.report.html import write_report
 from v05.report.runs import (
     COMPUTE_KEY,
@@ -204,7 +205,7 @@ def load_grid(path: str | Path) -> Grid:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as err:
-        raise ValueError(f"{path}: not valid YAML ({err})") from None
+        raise ValueError(f"{path}: not valid YAML ({error_line(err)})") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a mapping with name, tasks and methods")
     unknown = sorted(

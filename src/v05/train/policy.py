@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import pickle
 import string
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,11 +32,14 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
+from v05._checks import error_line
+
 __all__ = [
     "TINY_NAME",
     "PolicyConfig",
     "build_char_tokenizer",
     "load_policy",
+    "looks_local",
     "resolve_device",
     "resolve_dtype",
     "save_policy",
@@ -272,8 +276,11 @@ def _build_tiny_model(config: PolicyConfig, tokenizer: PreTrainedTokenizerBase) 
     return model
 
 
-def _looks_local(name: str) -> bool:
-    """A path, not a hub id: absolute, explicitly relative (``./``, ``../``) or home-relative (``~``)."""
+def looks_local(name: str) -> bool:
+    """A path, not a hub id: absolute, explicitly relative (``./``, ``../``) or home-relative (``~``).
+
+    A hub id (``owner/name``) never starts with ``/``, ``.`` or ``~``, so such a value must exist on disk.
+    """
     return os.path.isabs(name) or name.startswith((".", "~"))
 
 
@@ -281,12 +288,14 @@ def _from_pretrained(config: PolicyConfig, dtype: torch.dtype) -> tuple[PreTrain
     name = os.path.expanduser(config.name_or_path)
     if os.path.exists(name) and not os.path.isdir(name):
         raise ValueError(f"name_or_path={config.name_or_path!r} is a file; pass the checkpoint directory")
-    if _looks_local(config.name_or_path) and not os.path.isdir(name):
+    if looks_local(config.name_or_path) and not os.path.isdir(name):
         raise ValueError(f"name_or_path={config.name_or_path!r}: no such directory")
     try:
         tokenizer = AutoTokenizer.from_pretrained(name, trust_remote_code=config.trust_remote_code)
-        model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype, trust_remote_code=config.trust_remote_code)
-    except (OSError, ValueError, KeyError) as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ValueError(f"name_or_path={config.name_or_path!r} could not be loaded: {first}") from None
+        # safetensors when the checkpoint has them (transformers' default); a .bin-only one is unpickled weights-only
+        model = AutoModelForCausalLM.from_pretrained(
+            name, dtype=dtype, trust_remote_code=config.trust_remote_code, weights_only=True
+        )
+    except (OSError, ValueError, KeyError, pickle.UnpicklingError) as err:
+        raise ValueError(f"name_or_path={config.name_or_path!r} could not be loaded: {error_line(err)}") from None
     return model, tokenizer

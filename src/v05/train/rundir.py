@@ -24,6 +24,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from v05._checks import error_line
+
 logger = logging.getLogger(__name__)
 
 CHECKPOINTS = "checkpoints"
@@ -158,11 +160,25 @@ def save_checkpoint(
 
 
 def load_checkpoint(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(tensors, state)`` of a checkpoint folder (tensors loaded with ``weights_only=True``)."""
+    """``(tensors, state)`` of a checkpoint folder (tensors loaded with ``weights_only=True``).
+
+    Raises:
+        ValueError: ``tensors.pt`` needs arbitrary unpickling (code) or is corrupt, or ``state.json`` is not a JSON
+            object; the file is never loaded unsafely.
+    """
     import torch  # noqa: PLC0415
 
-    tensors = torch.load(path / "tensors.pt", map_location="cpu", weights_only=True)
-    state = json.loads((path / "state.json").read_text(encoding="utf-8"))
+    tensors_file, state_file = path / "tensors.pt", path / "state.json"
+    try:
+        tensors = torch.load(tensors_file, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 - unpickling refused or corrupt: report, never retry unsafely
+        raise ValueError(f"{tensors_file}: not a weights-only torch checkpoint ({error_line(err)})") from None
+    try:
+        state = json.loads(state_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise ValueError(f"{state_file}: not a JSON checkpoint state ({error_line(err)})") from None
+    if not isinstance(tensors, dict) or not isinstance(state, dict):
+        raise ValueError(f"{path}: tensors.pt and state.json must each hold a mapping")
     return tensors, state
 
 
