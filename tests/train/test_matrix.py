@@ -138,7 +138,7 @@ def test_family_from_the_config():
 
 
 def _write_grid(path: Path, body: dict) -> Path:
-    path.write_text(yaml.safe_dump(body))
+    path.write_text(yaml.safe_dump(body, sort_keys=False))
     return path
 
 
@@ -397,3 +397,84 @@ def test_bad_cli_options_are_one_line_errors(tmp_path, tiny_grid, capsys, extra,
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
     assert not (tmp_path / "mx").exists()  # refused before anything was trained
+
+
+def _tuning_grid(tmp_path, tiny_grid) -> Path:
+    body = yaml.safe_load(tiny_grid.read_text())
+    body["seeds"], body["tasks"] = [0], {"tiny-easy": {"regime": "easy"}}
+    body["methods"] = {"grpo4": "demo-grpo4", "rloo": "demo-rloo"}
+    body["tuning"] = {
+        "seed": 7,
+        "methods": ["grpo4"],
+        "settings": {"lr-high": {"overrides": ["optim.lr=2.0e-3"]}, "half": {"batch_scale": 0.5}},
+    }
+    return _write_grid(tiny_grid, body)
+
+
+def test_tuning_grid_file_errors_name_the_entry(tmp_path, tiny_grid):
+    good = yaml.safe_load(_tuning_grid(tmp_path, tiny_grid).read_text())
+    grid = load_grid(tiny_grid)
+    assert [s.name for s in grid.tuning.settings] == ["default", "lr-high", "half"]
+    assert grid.for_quick().tuning is None
+    bad = [
+        ({"seed": 0}, "tuning.seed must be an integer not among"),
+        ({"methods": ["nope"]}, "tuning.methods must list distinct methods"),
+        ({"rule": "best"}, "tuning.rule must be one of"),
+        ({"settings": {"default": {}}}, "'default' is implicit"),
+        ({"settings": {"x": {"batch_scale": 0}}}, "batch_scale must lie in"),
+        ({"extra": 1}, "tuning takes seed, methods, settings and rule"),
+    ]
+    for change, message in bad:
+        body = {**good, "tuning": {**good["tuning"], **change}}
+        with pytest.raises(ValueError, match=message):
+            load_grid(_write_grid(tmp_path / "bad.yaml", body))
+
+
+def test_choose_settings_by_hand(tmp_path, tiny_grid):
+    """The best mean eval after the start wins; a tie goes to the earlier setting; an unfinished setting: None."""
+    from v05.train.matrix import STORED_NAME, choose_settings, tuning_cells  # noqa: PLC0415
+
+    grid = load_grid(_tuning_grid(tmp_path, tiny_grid))
+    cells = tuning_cells(grid, tmp_path / "mx")
+    assert [c.run_dir.name for c in cells] == ["grpo4@default-s7", "grpo4@lr-high-s7", "grpo4@half-s7"]
+    assert [c.cfg.train.batch_size for c in cells] == [8, 8, 4]  # half: 8 prompts → 4
+    assert cells[1].cfg.optim.lr == 2.0e-3 and all(c.cfg.seed == 7 for c in cells)
+
+    def fake(cell, evals):
+        cell.run_dir.mkdir(parents=True, exist_ok=True)
+        rows = [{"step": i, "rollouts_total": 10 * i, "eval_pass_rate": e} for i, e in enumerate(evals)]
+        (cell.run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        (cell.run_dir / STORED_NAME).write_text("{}")
+
+    fake(cells[0], [0.9, 0.3, 0.5])  # the start (0.9) does not count: mean 0.4
+    fake(cells[1], [0.0, 0.4, 0.6])  # 0.5: the best
+    assert choose_settings(grid, cells) == {("tiny-easy", "grpo4"): None}  # "half" has not finished
+    fake(cells[2], [0.0, 0.5, 0.5])  # ties lr-high: the earlier setting wins
+    assert choose_settings(grid, cells) == {("tiny-easy", "grpo4"): "lr-high"}
+
+
+def test_bench_matrix_tunes_then_compares_at_the_chosen_setting(tmp_path, tiny_grid):
+    """The sweep runs first on the tuning seed; the tuned method's comparison cells take the chosen setting's
+    overrides, the untuned method keeps its config; the JSON and the page report the sweep."""
+    from v05.report.runs import load_run  # noqa: PLC0415
+    from v05.train.matrix import bench_matrix, tuning_score  # noqa: PLC0415
+
+    grid_file = _tuning_grid(tmp_path, tiny_grid)
+    out, doc = tmp_path / "mx", tmp_path / "results.md"
+    res = bench_matrix(grid_file, out, progress=False, doc=doc)
+    assert res["failures"] == {}
+    scores = {s: tuning_score(load_run(out / "tiny-easy" / f"grpo4@{s}-s7")) for s in ("default", "lr-high", "half")}
+    best = max(scores, key=lambda s: (scores[s], -["default", "lr-high", "half"].index(s)))
+    task = res["results"]["tasks"]["tiny-easy"]
+    assert task["tuning"]["grpo4"]["chosen"] == best and task["methods"]["grpo4"]["setting"] == best
+    assert task["tuning"]["grpo4"]["settings"]["lr-high"]["score"] == pytest.approx(scores["lr-high"])
+    assert task["methods"]["rloo"]["setting"] is None
+    cfg = yaml.safe_load((out / "tiny-easy" / "grpo4-s0" / "config.yaml").read_text())
+    expected = {"default": (1.0e-4, 8), "lr-high": (2.0e-3, 8), "half": (1.0e-4, 4)}[best]
+    assert (cfg["optim"]["lr"], cfg["train"]["batch_size"]) == expected and cfg["seed"] == 0
+    assert task["methods"]["grpo4"]["seeds"] == [0]  # the tuning seed is not compared
+    assert "Equal tuning budget (seed 7" in doc.read_text() and f"**{_fmt_score(scores[best])}" in doc.read_text()
+
+
+def _fmt_score(value: float) -> str:
+    return format(value, ".3f")

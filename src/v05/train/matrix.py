@@ -140,6 +140,39 @@ class GridMethod:
 
 
 @_frozen
+class GridSetting:
+    """One setting of the tuning sweep: config overrides and a batch scale.
+
+    ``batch_scale`` multiplies ``train.batch_size`` and the allocator's batch-like options (``batch_size``,
+    ``extra_budget``, ``gen_batch_size``) of each tuned method, so the rollouts per step scale alike whatever the
+    method's k (a k = 1 method at 128 prompts and GRPO k = 4 at 32 both halve to 64 rollouts a step).
+    """
+
+    name: str
+    overrides: tuple[str, ...] = ()
+    batch_scale: float = 1.0
+
+
+@_frozen
+class Tuning:
+    """An equal tuning budget: every tuned method runs every setting on one tuning seed (not among the grid's seeds).
+
+    Each tuned method is then run on the grid's seeds at the setting with the best tuning score (``rule``;
+    ``mean_eval``: the mean eval pass rate over the tuning run's evaluations after the start, an area under its
+    curve), so no method is judged on the seed that picked its setting. ``settings`` starts with ``default`` (no
+    override).
+    """
+
+    seed: int
+    methods: tuple[str, ...]
+    settings: tuple[GridSetting, ...]
+    rule: str = "mean_eval"
+
+
+TUNING_RULES = ("mean_eval", "final")
+
+
+@_frozen
 class Grid:
     """A declared grid: tasks × methods × seeds; ``quick`` holds the smoke grid's seeds, methods and overrides."""
 
@@ -155,6 +188,8 @@ class Grid:
     quick_overrides: tuple[str, ...] = ()
     store: Path | None = None
     """where finished cells are kept for another machine or session to resume from (:func:`store_cell`)."""
+    tuning: Tuning | None = None
+    """the equal tuning budget (None: every method at its config's setting)."""
 
     def for_quick(self) -> Grid:
         """The smoke grid: every task setting, the ``quick`` methods (the reference first) and seeds."""
@@ -162,7 +197,7 @@ class Grid:
         methods = tuple(m for name in names for m in self.methods if m.name == name)
         return dataclasses.replace(
             self, seeds=self.quick_seeds, methods=methods, overrides=(*self.overrides, *self.quick_overrides),
-            store=None,
+            store=None, tuning=None,
         )  # fmt: skip
 
 
@@ -175,6 +210,10 @@ class Cell:
     seed: int
     run_dir: Path
     cfg: TrainConfig
+    setting: str | None = None
+    """the tuning setting this cell runs (a tuning cell), or the one chosen for the method (None: untuned)."""
+    tuning: bool = False
+    """a cell of the tuning sweep (on the tuning seed), not of the comparison."""
 
 
 def load_grid(path: str | Path) -> Grid:
@@ -195,6 +234,10 @@ def load_grid(path: str | Path) -> Grid:
           grpo8: {config: demo-grpo4, overrides: [allocator.options.k=8]}
         quick: {seeds: [0], methods: [grpo4, grpo8], overrides: [train.max_rollouts=768]}
         store: ../results/matrix/standard       # finished cells kept here (relative to the grid file)
+        tuning:                                 # an equal tuning budget (see Tuning)
+          seed: 100
+          methods: [grpo4, ppo]
+          settings: {lr-half: {overrides: [optim.lr=5.0e-5]}, batch-half: {batch_scale: 0.5}}
 
     Raises:
         ValueError: a missing or malformed entry; the message names it.
@@ -209,7 +252,8 @@ def load_grid(path: str | Path) -> Grid:
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a mapping with name, tasks and methods")
     unknown = sorted(
-        set(data) - {"name", "description", "seeds", "reference", "overrides", "tasks", "methods", "quick", "store"}
+        set(data)
+        - {"name", "description", "seeds", "reference", "overrides", "tasks", "methods", "quick", "store", "tuning"}
     )
     if unknown:
         raise ValueError(f"{path}: unknown key(s) {', '.join(unknown)}")
@@ -279,10 +323,12 @@ def load_grid(path: str | Path) -> Grid:
     quick_methods = quick.get("methods", [reference])
     if not isinstance(quick_methods, list) or set(quick_methods) - set(names):
         raise ValueError(f"{path}: quick.methods must list methods of the grid, got {quick_methods!r}")
+    seeds_main = seeds(data.get("seeds", [0, 1, 2]), "seeds")
+    tuning = _load_tuning(data.get("tuning"), path, names, seeds_main, strings)
     return Grid(
         name=str(data.get("name") or path.stem),
         path=path,
-        seeds=seeds(data.get("seeds", [0, 1, 2]), "seeds"),
+        seeds=seeds_main,
         reference=reference,
         tasks=tuple(tasks),
         methods=tuple(methods),
@@ -291,7 +337,41 @@ def load_grid(path: str | Path) -> Grid:
         quick_methods=tuple(quick_methods),
         quick_overrides=strings(quick.get("overrides"), "quick.overrides"),
         store=None if data.get("store") is None else path.parent / str(data["store"]),
+        tuning=tuning,
     )
+
+
+def _load_tuning(raw: object, path: Path, methods: list[str], seeds: tuple[int, ...], strings: Any) -> Tuning | None:
+    """The grid's ``tuning:`` entry (see :class:`Tuning`); None when absent."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or set(raw) - {"seed", "methods", "settings", "rule"}:
+        raise ValueError(f"{path}: tuning takes seed, methods, settings and rule, got {raw!r}")
+    seed = raw.get("seed", 100)
+    if type(seed) is not int or seed in seeds:
+        raise ValueError(f"{path}: tuning.seed must be an integer not among the grid's seeds {list(seeds)}, got {seed}")
+    tuned = raw.get("methods")
+    if not isinstance(tuned, list) or not tuned or set(tuned) - set(methods) or len(set(tuned)) != len(tuned):
+        raise ValueError(f"{path}: tuning.methods must list distinct methods of the grid, got {tuned!r}")
+    rule = raw.get("rule", "mean_eval")
+    if rule not in TUNING_RULES:
+        raise ValueError(f"{path}: tuning.rule must be one of {', '.join(TUNING_RULES)}, got {rule!r}")
+    settings_raw = raw.get("settings")
+    if not isinstance(settings_raw, dict) or not settings_raw:
+        raise ValueError(f"{path}: tuning.settings must map setting names to {{overrides, batch_scale}}")
+    settings = [GridSetting(name="default")]
+    for name, spec in settings_raw.items():
+        if name == "default" or not isinstance(spec, dict) or set(spec) - {"overrides", "batch_scale"}:
+            raise ValueError(
+                f"{path}: tuning setting {name!r} takes overrides and batch_scale (and 'default' is implicit), "
+                f"got {spec!r}"
+            )
+        scale = spec.get("batch_scale", 1.0)
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale <= 16:
+            raise ValueError(f"{path}: tuning setting {name!r} batch_scale must lie in (0, 16], got {scale!r}")
+        settings.append(GridSetting(name=_name(name, path), overrides=strings(spec.get("overrides"),
+                                    f"tuning.settings.{name}.overrides"), batch_scale=float(scale)))  # fmt: skip
+    return Tuning(seed=seed, methods=tuple(tuned), settings=tuple(settings), rule=rule)
 
 
 def _name(name: object, path: Path) -> str:
@@ -301,26 +381,110 @@ def _name(name: object, path: Path) -> str:
     return text
 
 
-def grid_cells(grid: Grid, out: Path, *, quick: bool = False) -> list[Cell]:
+def _scale_overrides(cfg: TrainConfig, scale: float) -> list[str]:
+    """Overrides multiplying the batch size and the allocator's batch-like options by ``scale`` (each ≥ 1)."""
+    if scale == 1.0:
+        return []
+    out = [f"train.batch_size={max(1, round(cfg.train.batch_size * scale))}"]
+    for key in ("batch_size", "extra_budget", "gen_batch_size"):
+        value = cfg.allocator.options.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            out.append(f"allocator.options.{key}={max(1, round(value * scale))}")
+    return out
+
+
+def _cell(
+    grid: Grid, task: GridTask, method: GridMethod, seed: int, run_dir: Path, *, quick: bool,
+    setting: GridSetting | None = None, tuning: bool = False,
+) -> Cell:  # fmt: skip
+    """One cell: overrides in the order grid, task, method, setting, then ``name=`` and ``seed=``."""
+    name = f"{method.name}@{setting.name}" if tuning and setting is not None else method.name
+    extra = () if setting is None else setting.overrides
+    overrides = (*grid.overrides, *task.overrides, *method.overrides, *extra, f"name={name}", f"seed={seed}")
+    try:
+        cfg = load_config(method.config, overrides, quick=quick)
+        if setting is not None and setting.batch_scale != 1.0:
+            cfg = load_config(method.config, (*overrides, *_scale_overrides(cfg, setting.batch_scale)), quick=quick)
+    except ValueError as err:
+        raise ValueError(f"grid cell {task.name}/{name}: {err}") from None
+    return Cell(task=task, method=method, seed=seed, run_dir=run_dir, cfg=cfg,
+                setting=None if setting is None else setting.name, tuning=tuning)  # fmt: skip
+
+
+def grid_cells(
+    grid: Grid, out: Path, *, quick: bool = False, choices: dict[tuple[str, str], str | None] | None = None
+) -> list[Cell]:
     """Every (task, seed, method) cell with its checked config, seed-major so that early cells pair up.
 
-    The overrides apply in the order grid, task, method, then ``name=METHOD`` and ``seed=SEED``.
+    The overrides apply in the order grid, task, method, the tuned setting, then ``name=METHOD`` and ``seed=SEED``.
+    A tuned method's cells take the setting ``choices[(task, method)]`` (:func:`choose_settings`); while its
+    tuning sweep is unfinished (no choice) they are left out.
 
     Raises:
         ValueError: a cell's config does not load (the message names the cell).
     """
+    tuned = set(grid.tuning.methods) if grid.tuning is not None else set()
+    by_name = {s.name: s for s in grid.tuning.settings} if grid.tuning is not None else {}
     cells = []
     for task in grid.tasks:
         for seed in grid.seeds:
             for method in grid.methods:
-                overrides = (*grid.overrides, *task.overrides, *method.overrides, f"name={method.name}", f"seed={seed}")
-                try:
-                    cfg = load_config(method.config, overrides, quick=quick)
-                except ValueError as err:
-                    raise ValueError(f"grid cell {task.name}/{method.name}: {err}") from None
+                setting = None
+                if method.name in tuned:
+                    chosen = (choices or {}).get((task.name, method.name))
+                    if chosen is None:
+                        continue
+                    setting = by_name[chosen]
                 run_dir = out / task.name / f"{method.name}-s{seed}"
-                cells.append(Cell(task=task, method=method, seed=seed, run_dir=run_dir, cfg=cfg))
+                cells.append(_cell(grid, task, method, seed, run_dir, quick=quick, setting=setting))
     return cells
+
+
+def tuning_cells(grid: Grid, out: Path, *, quick: bool = False) -> list[Cell]:
+    """The tuning sweep's cells: every tuned method × setting on the tuning seed (``OUT/TASK/METHOD@SETTING-sSEED``)."""
+    if grid.tuning is None:
+        return []
+    t = grid.tuning
+    methods = {m.name: m for m in grid.methods}
+    return [
+        _cell(grid, task, methods[name], t.seed, out / task.name / f"{name}@{setting.name}-s{t.seed}", quick=quick,
+              setting=setting, tuning=True)  # fmt: skip
+        for task in grid.tasks
+        for name in t.methods
+        for setting in t.settings
+    ]
+
+
+def tuning_score(run: Run, rule: str = "mean_eval") -> float | None:
+    """A tuning run's score: ``mean_eval``, the mean eval over its evaluations after the start; ``final``, the last."""
+    x, y = run.series_vs(ROLLOUTS_KEY, EVAL_KEY)
+    y = y[x > 0]
+    if not y.size:
+        return None
+    return float(y[-1]) if rule == "final" else float(y.mean())
+
+
+def choose_settings(grid: Grid, cells: Sequence[Cell]) -> dict[tuple[str, str], str | None]:
+    """(task, method) → the tuning setting with the best score, once every setting of the pair has finished.
+
+    Ties go to the earlier setting (``default`` first). A pair with an unfinished setting maps to None.
+    """
+    if grid.tuning is None:
+        return {}
+    scores: dict[tuple[str, str], list[tuple[float, int, str]]] = {}
+    pending: set[tuple[str, str]] = set()
+    order = {s.name: i for i, s in enumerate(grid.tuning.settings)}
+    for cell in cells:
+        key = (cell.task.name, cell.method.name)
+        score = tuning_score(load_run(cell.run_dir), grid.tuning.rule) if is_finished(cell) else None
+        if score is None:
+            pending.add(key)
+        else:
+            scores.setdefault(key, []).append((score, order[cell.setting], cell.setting))
+    return {
+        key: None if key in pending else max(v, key=lambda t: (t[0], -t[1]))[2]
+        for key, v in {**{k: [] for k in pending}, **scores}.items()
+    }
 
 
 def is_finished(cell: Cell) -> bool:
@@ -801,8 +965,10 @@ def _nan_to_none(value: Any) -> Any:
     return value
 
 
-def matrix_results(grid: Grid, cells: Sequence[Cell]) -> dict[str, Any]:
+def matrix_results(grid: Grid, cells: Sequence[Cell], tune: Sequence[Cell] = ()) -> dict[str, Any]:
     """The matrix JSON over the finished cells (a method with no finished seed on a task is left out of it).
+
+    With a tuning sweep, each task gets ``tuning`` (:func:`tuning_results`) and each tuned method its ``setting``.
 
     Raises:
         ValueError: the reference has no finished cell on some task.
@@ -810,15 +976,52 @@ def matrix_results(grid: Grid, cells: Sequence[Cell]) -> dict[str, Any]:
     tasks = {}
     for task in grid.tasks:
         groups: dict[str, list[Run]] = {}
+        settings: dict[str, str | None] = {}
         for cell in cells:
             if cell.task.name == task.name and is_finished(cell):
                 groups.setdefault(cell.method.name, []).append(load_run(cell.run_dir))
+                settings[cell.method.name] = cell.setting
         if not groups:
             continue
         if grid.reference not in groups:
             raise ValueError(f"task {task.name}: the reference {grid.reference} has no finished run yet")
         tasks[task.name] = task_results(task, groups, grid.reference, grid.methods)
+        for name, entry in tasks[task.name]["methods"].items():
+            entry["setting"] = settings.get(name)
+        if grid.tuning is not None:
+            tasks[task.name]["tuning"] = tuning_results(grid, [c for c in tune if c.task.name == task.name])
     return _nan_to_none({"grid": grid.name, "tasks": tasks})
+
+
+def tuning_results(grid: Grid, cells: Sequence[Cell]) -> dict[str, Any]:
+    """Per tuned method: every setting's tuning score, final eval, gradient-norm spike and the chosen setting.
+
+    ``grad_norm_spike`` is the largest gradient norm over the run's median one (a divergence shows as a spike);
+    ``final_minus_start`` its final eval minus its start (< 0: the setting lost ground).
+    """
+    t = grid.tuning
+    if t is None:
+        return {}
+    chosen = choose_settings(grid, cells)
+    out: dict[str, Any] = {}
+    for cell in cells:
+        entry = out.setdefault(cell.method.name, {"chosen": chosen.get((cell.task.name, cell.method.name)),
+                                                   "rule": t.rule, "seed": t.seed, "settings": {}})  # fmt: skip
+        if not is_finished(cell):
+            entry["settings"][cell.setting] = None
+            continue
+        run = load_run(cell.run_dir)
+        grads = run.series("grad_norm")[1]
+        start = _start_eval(run)
+        final = run.last(EVAL_KEY)
+        entry["settings"][cell.setting] = {
+            "score": tuning_score(run, t.rule),
+            "final": final,
+            "final_minus_start": None if final is None or start is None else final - start,
+            "grad_norm_spike": float(grads.max() / np.median(grads)) if grads.size and np.median(grads) > 0 else None,
+            "rollouts_per_step": seed_mean([run], "rollouts_step"),
+        }
+    return out
 
 
 # -- the report ----------------------------------------------------------------------------------------------------
@@ -1147,11 +1350,40 @@ def results_markdown(grid: Grid, results: dict[str, Any], meta: dict[str, Any]) 
             "",
             markdown_table(t),
             "",
+            *tuning_markdown(grid, t.get("tuning")),
         ]
     lines += ["## The paper's claims against the matrix", ""]
     for c in claims(results):
         lines += [f"- {c}", ""]
     return "\n".join(line for line in lines if line is not None).rstrip() + "\n"
+
+
+def tuning_markdown(grid: Grid, tuning: dict[str, Any] | None) -> list[str]:
+    """The tuning sweep of one task as markdown lines: a row per tuned method, a column per setting (score, spike)."""
+    if not tuning or grid.tuning is None:
+        return []
+    names = [s.name for s in grid.tuning.settings]
+    described = "; ".join(
+        f"`{s.name}`: {', '.join(s.overrides) or 'the config'}" + (f", batch × {s.batch_scale:g}" if s.batch_scale != 1
+                                                                   else "")
+        for s in grid.tuning.settings
+    )  # fmt: skip
+    lines = [
+        f"Equal tuning budget (seed {grid.tuning.seed}, not one of the comparison's seeds; rule `{grid.tuning.rule}`"
+        f"; {described}): each cell is the tuning score (the max/median gradient-norm spike); **bold** is the "
+        "setting the comparison above used.",
+        "",
+        "| method | " + " | ".join(names) + " |",
+        "|---|" + "---|" * len(names),
+    ]
+    for method, entry in tuning.items():
+        row = []
+        for name in names:
+            v = entry["settings"].get(name)
+            text = "pending" if v is None else f"{_fmt(v['score'])} ({_fmt(v['grad_norm_spike'], '.1f', never='—')})"
+            row.append(f"**{text}**" if name == entry["chosen"] else text)
+        lines.append(f"| {method} | " + " | ".join(row) + " |")
+    return [*lines, ""]
 
 
 def readme_section(results: dict[str, Any], meta: dict[str, Any], doc: str) -> str:
@@ -1220,16 +1452,23 @@ def bench_matrix(
             )
         grid = dataclasses.replace(grid, tasks=tuple(t for t in grid.tasks if t.name in tasks))
     out = Path(out)
-    cells = grid_cells(grid, out, quick=quick)
     kept = grid.store if store is None else None if str(store) == "none" else Path(store)
-    if train_cells:
-        failures = run_grid(cells, workers=workers, progress=progress, store=kept)
-    else:
-        failures = {}
-        if kept is not None:
-            restore_cells(cells, kept)
-    results = matrix_results(grid, cells)
-    meta = run_meta(command or f"v05 bench matrix {grid_path}", cells, time.monotonic() - start)
+    failures: dict[str, str] = {}
+
+    def run(batch: list[Cell]) -> None:
+        if train_cells:
+            failures.update(run_grid(batch, workers=workers, progress=progress, store=kept))
+        elif kept is not None:
+            restore_cells(batch, kept)
+
+    tune = tuning_cells(grid, out, quick=quick)  # the equal tuning budget first: it picks the tuned settings
+    run(tune)
+    choices = choose_settings(grid, tune)
+    cells = grid_cells(grid, out, quick=quick, choices=choices)
+    run(cells)
+    results = matrix_results(grid, cells, tune)
+    meta = run_meta(command or f"v05 bench matrix {grid_path}", [*tune, *cells], time.monotonic() - start)
+    meta["tuning_pending"] = sorted(f"{t}/{m}" for (t, m), v in choices.items() if v is None)
     results["meta"] = meta
     results["failures"] = failures
     out.mkdir(parents=True, exist_ok=True)
@@ -1256,13 +1495,17 @@ __all__ = [
     "GAIN_FRACTION",
     "REGIMES",
     "STORED_NAME",
+    "TUNING_RULES",
     "WARM_STORE",
     "Cell",
     "Grid",
     "GridMethod",
+    "GridSetting",
     "GridTask",
+    "Tuning",
     "bench_matrix",
     "cell_state",
+    "choose_settings",
     "claims",
     "compute_at",
     "gain90_bootstrap",
@@ -1286,6 +1529,10 @@ __all__ = [
     "store_cell",
     "t_interval",
     "task_results",
+    "tuning_cells",
+    "tuning_markdown",
+    "tuning_results",
+    "tuning_score",
     "warm_start_digest",
     "write_matrix_report",
 ]
