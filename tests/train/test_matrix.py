@@ -407,6 +407,7 @@ def _tuning_grid(tmp_path, tiny_grid) -> Path:
         "seed": 7,
         "methods": ["grpo4"],
         "settings": {"lr-high": {"overrides": ["optim.lr=2.0e-3"]}, "half": {"batch_scale": 0.5}},
+        "recommend": ["grpo4"],
     }
     return _write_grid(tiny_grid, body)
 
@@ -422,7 +423,8 @@ def test_tuning_grid_file_errors_name_the_entry(tmp_path, tiny_grid):
         ({"rule": "best"}, "tuning.rule must be one of"),
         ({"settings": {"default": {}}}, "'default' is implicit"),
         ({"settings": {"x": {"batch_scale": 0}}}, "batch_scale must lie in"),
-        ({"extra": 1}, "tuning takes seed, methods, settings and rule"),
+        ({"extra": 1}, "tuning takes seed, methods, settings, rule and recommend"),
+        ({"recommend": ["rloo"]}, "tuning.recommend must list tuned methods"),
     ]
     for change, message in bad:
         body = {**good, "tuning": {**good["tuning"], **change}}
@@ -432,7 +434,7 @@ def test_tuning_grid_file_errors_name_the_entry(tmp_path, tiny_grid):
 
 def test_choose_settings_by_hand(tmp_path, tiny_grid):
     """The best mean eval after the start wins; a tie goes to the earlier setting; an unfinished setting: None."""
-    from v05.train.matrix import STORED_NAME, choose_settings, tuning_cells  # noqa: PLC0415
+    from v05.train.matrix import STORED_NAME, choose_settings, recommendation, tuning_cells  # noqa: PLC0415
 
     grid = load_grid(_tuning_grid(tmp_path, tiny_grid))
     cells = tuning_cells(grid, tmp_path / "mx")
@@ -449,8 +451,11 @@ def test_choose_settings_by_hand(tmp_path, tiny_grid):
     fake(cells[0], [0.9, 0.3, 0.5])  # the start (0.9) does not count: mean 0.4
     fake(cells[1], [0.0, 0.4, 0.6])  # 0.5: the best
     assert choose_settings(grid, cells) == {("tiny-easy", "grpo4"): None}  # "half" has not finished
+    assert recommendation(grid, cells) is None
     fake(cells[2], [0.0, 0.5, 0.5])  # ties lr-high: the earlier setting wins
     assert choose_settings(grid, cells) == {("tiny-easy", "grpo4"): "lr-high"}
+    rec = recommendation(grid, cells)
+    assert (rec["method"], rec["setting"], rec["scores"]) == ("grpo4", "lr-high", {"tiny-easy": 0.5})
 
 
 def test_bench_matrix_tunes_then_compares_at_the_chosen_setting(tmp_path, tiny_grid):
@@ -469,12 +474,42 @@ def test_bench_matrix_tunes_then_compares_at_the_chosen_setting(tmp_path, tiny_g
     assert task["tuning"]["grpo4"]["chosen"] == best and task["methods"]["grpo4"]["setting"] == best
     assert task["tuning"]["grpo4"]["settings"]["lr-high"]["score"] == pytest.approx(scores["lr-high"])
     assert task["methods"]["rloo"]["setting"] is None
-    cfg = yaml.safe_load((out / "tiny-easy" / "grpo4-s0" / "config.yaml").read_text())
+    label = "grpo4" if best == "default" else f"grpo4@{best}"
+    cfg = yaml.safe_load((out / "tiny-easy" / f"{label}-s0" / "config.yaml").read_text())
     expected = {"default": (1.0e-4, 8), "lr-high": (2.0e-3, 8), "half": (1.0e-4, 4)}[best]
     assert (cfg["optim"]["lr"], cfg["train"]["batch_size"]) == expected and cfg["seed"] == 0
     assert task["methods"]["grpo4"]["seeds"] == [0]  # the tuning seed is not compared
     assert "Equal tuning budget (seed 7" in doc.read_text() and f"**{_fmt_score(scores[best])}" in doc.read_text()
+    assert res["results"]["recommended"]["method"] == "grpo4" and res["results"]["recommended"]["setting"] == best
+    assert f"Pick: `grpo4` at `{best}`" in doc.read_text()
 
 
 def _fmt_score(value: float) -> str:
     return format(value, ".3f")
+
+
+def test_grids_sharing_a_store_define_shared_cells_alike(tmp_path):
+    """benchmarks/grids/*.yaml that share a store: a cell name both define (task/METHOD-sSEED) has one config in
+    both (else each grid would retrain and overwrite the other's stored cell); every cell of each grid loads."""
+    from v05.train.config import to_yaml  # noqa: PLC0415
+    from v05.train.matrix import tuning_cells  # noqa: PLC0415
+
+    by_store: dict[Path, dict[str, tuple[str, str]]] = {}
+    for path in sorted((REPO / "benchmarks/grids").glob("*.yaml")):
+        grid = load_grid(path)
+        settings = [s.name for s in grid.tuning.settings] if grid.tuning else ["default"]
+        cells = tuning_cells(grid, tmp_path)
+        for setting in settings:  # whichever setting the sweep picks, its cells are the grid's own
+            choices = {(t.name, m.name): setting for t in grid.tasks for m in grid.methods}
+            cells += grid_cells(grid, tmp_path, choices=choices)
+        assert cells, path
+        if grid.store is None:
+            continue
+        seen = by_store.setdefault(grid.store.resolve(), {})
+        for cell in cells:
+            key = f"{cell.task.name}/{cell.run_dir.name}"
+            text = to_yaml(cell.cfg)
+            if key in seen:
+                assert seen[key][1] == text, f"{path.name} and {seen[key][0]} define {key} differently"
+            seen[key] = (path.name, text)
+    assert len(by_store) >= 1

@@ -167,6 +167,8 @@ class Tuning:
     methods: tuple[str, ...]
     settings: tuple[GridSetting, ...]
     rule: str = "mean_eval"
+    recommend: tuple[str, ...] = ()
+    """candidates for the recommended configuration (tuned methods): :func:`recommendation` picks one."""
 
 
 TUNING_RULES = ("mean_eval", "final")
@@ -345,8 +347,8 @@ def _load_tuning(raw: object, path: Path, methods: list[str], seeds: tuple[int, 
     """The grid's ``tuning:`` entry (see :class:`Tuning`); None when absent."""
     if raw is None:
         return None
-    if not isinstance(raw, dict) or set(raw) - {"seed", "methods", "settings", "rule"}:
-        raise ValueError(f"{path}: tuning takes seed, methods, settings and rule, got {raw!r}")
+    if not isinstance(raw, dict) or set(raw) - {"seed", "methods", "settings", "rule", "recommend"}:
+        raise ValueError(f"{path}: tuning takes seed, methods, settings, rule and recommend, got {raw!r}")
     seed = raw.get("seed", 100)
     if type(seed) is not int or seed in seeds:
         raise ValueError(f"{path}: tuning.seed must be an integer not among the grid's seeds {list(seeds)}, got {seed}")
@@ -371,7 +373,10 @@ def _load_tuning(raw: object, path: Path, methods: list[str], seeds: tuple[int, 
             raise ValueError(f"{path}: tuning setting {name!r} batch_scale must lie in (0, 16], got {scale!r}")
         settings.append(GridSetting(name=_name(name, path), overrides=strings(spec.get("overrides"),
                                     f"tuning.settings.{name}.overrides"), batch_scale=float(scale)))  # fmt: skip
-    return Tuning(seed=seed, methods=tuple(tuned), settings=tuple(settings), rule=rule)
+    recommend = raw.get("recommend", [])
+    if not isinstance(recommend, list) or set(recommend) - set(tuned):
+        raise ValueError(f"{path}: tuning.recommend must list tuned methods, got {recommend!r}")
+    return Tuning(seed=seed, methods=tuple(tuned), settings=tuple(settings), rule=rule, recommend=tuple(recommend))
 
 
 def _name(name: object, path: Path) -> str:
@@ -417,8 +422,9 @@ def grid_cells(
     """Every (task, seed, method) cell with its checked config, seed-major so that early cells pair up.
 
     The overrides apply in the order grid, task, method, the tuned setting, then ``name=METHOD`` and ``seed=SEED``.
-    A tuned method's cells take the setting ``choices[(task, method)]`` (:func:`choose_settings`); while its
-    tuning sweep is unfinished (no choice) they are left out.
+    A tuned method's cells take the setting ``choices[(task, method)]`` (:func:`choose_settings`), in run
+    directories ``METHOD@SETTING-sSEED`` unless it is ``default``; while its tuning sweep is unfinished (no choice)
+    they are left out.
 
     Raises:
         ValueError: a cell's config does not load (the message names the cell).
@@ -435,7 +441,10 @@ def grid_cells(
                     if chosen is None:
                         continue
                     setting = by_name[chosen]
-                run_dir = out / task.name / f"{method.name}-s{seed}"
+                # a tuned method at a non-default setting gets its own cells (METHOD@SETTING-sSEED): a store shared
+                # with another grid keeps both; at the default it is the untuned cell
+                label = method.name if setting is None or setting.name == "default" else f"{method.name}@{setting.name}"
+                run_dir = out / task.name / f"{label}-s{seed}"
                 cells.append(_cell(grid, task, method, seed, run_dir, quick=quick, setting=setting))
     return cells
 
@@ -462,6 +471,39 @@ def tuning_score(run: Run, rule: str = "mean_eval") -> float | None:
     if not y.size:
         return None
     return float(y[-1]) if rule == "final" else float(y.mean())
+
+
+RECOMMEND_RULE = (
+    "the candidate and setting with the highest tuning score (the tuning seed's mean eval after the start) averaged "
+    "over every task setting of the grid, decided from the tuning sweep alone, before the comparison's seeds run"
+)
+
+
+def recommendation(grid: Grid, cells: Sequence[Cell]) -> dict[str, Any] | None:
+    """The recommended (method, setting) among ``tuning.recommend``, by :data:`RECOMMEND_RULE`.
+
+    None until every candidate's sweep has finished on every task setting (or without candidates).
+    """
+    if grid.tuning is None or not grid.tuning.recommend:
+        return None
+    scores: dict[tuple[str, str], dict[str, float]] = {}
+    for cell in cells:
+        if cell.method.name not in grid.tuning.recommend:
+            continue
+        if not is_finished(cell):
+            return None
+        score = tuning_score(load_run(cell.run_dir), grid.tuning.rule)
+        if score is None:
+            return None
+        scores.setdefault((cell.method.name, cell.setting or "default"), {})[cell.task.name] = score
+    order = {(m, s.name): i for i, (m, s) in enumerate(
+        (m, s) for m in grid.tuning.recommend for s in grid.tuning.settings)}  # fmt: skip
+    full = {k: v for k, v in scores.items() if len(v) == len(grid.tasks)}
+    if len(full) < len(order):
+        return None
+    best = max(full, key=lambda k: (float(np.mean(list(full[k].values()))), -order[k]))
+    return {"method": best[0], "setting": best[1], "score_mean": float(np.mean(list(full[best].values()))),
+            "scores": full[best], "rule": RECOMMEND_RULE}  # fmt: skip
 
 
 def choose_settings(grid: Grid, cells: Sequence[Cell]) -> dict[tuple[str, str], str | None]:
@@ -555,6 +597,8 @@ def store_cell(cell: Cell, store: Path) -> Path:
     info = {"warm_start": warm_start_digest(cell.cfg), "hardware": _hardware()}
     (tmp / STORED_NAME).write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
     if dest.exists():
+        if (dest / "config.yaml").is_file() and not _same_config(dest / "config.yaml", cell.cfg):
+            logger.warning("store: %s held another config (the grid changed); replaced by this cell's", dest)
         shutil.rmtree(dest)
     os.replace(tmp, dest)
     return dest
@@ -1352,6 +1396,23 @@ def results_markdown(grid: Grid, results: dict[str, Any], meta: dict[str, Any]) 
             "",
             *tuning_markdown(grid, t.get("tuning")),
         ]
+    if grid.tuning is not None and grid.tuning.recommend:
+        rec = results.get("recommended")
+        lines += [
+            "## The recommended configuration",
+            "",
+            f"Rule, fixed before the comparison's seeds ran: among {', '.join(f'`{m}`' for m in grid.tuning.recommend)}"
+            f", {RECOMMEND_RULE}.",
+            "",
+            (
+                "Pending: the tuning sweep has not finished."
+                if rec is None
+                else f"Pick: `{rec['method']}` at `{rec['setting']}` (mean tuning score {rec['score_mean']:.3f}; "
+                + ", ".join(f"{t} {v:.3f}" for t, v in rec["scores"].items())
+                + "). The packaged config `v05-recommended` is this method at this setting."
+            ),
+            "",
+        ]
     lines += ["## The paper's claims against the matrix", ""]
     for c in claims(results):
         lines += [f"- {c}", ""]
@@ -1467,6 +1528,7 @@ def bench_matrix(
     cells = grid_cells(grid, out, quick=quick, choices=choices)
     run(cells)
     results = matrix_results(grid, cells, tune)
+    results["recommended"] = recommendation(grid, tune)
     meta = run_meta(command or f"v05 bench matrix {grid_path}", [*tune, *cells], time.monotonic() - start)
     meta["tuning_pending"] = sorted(f"{t}/{m}" for (t, m), v in choices.items() if v is None)
     results["meta"] = meta
@@ -1491,6 +1553,7 @@ __all__ = [
     "BOOTSTRAP_RESAMPLES",
     "README_BEGIN",
     "README_END",
+    "RECOMMEND_RULE",
     "FAMILIES",
     "GAIN_FRACTION",
     "REGIMES",
@@ -1520,6 +1583,7 @@ __all__ = [
     "method_family",
     "paired_difference",
     "readme_section",
+    "recommendation",
     "replace_readme_section",
     "restore_cells",
     "restore_warm_starts",
