@@ -150,11 +150,11 @@ def test_estimator_states_keep_their_layout_through_json(name, options):
     np.testing.assert_array_equal(a.advantages, b.advantages)
 
 
-@pytest.mark.parametrize("name", ["dps", "sara"])
+@pytest.mark.parametrize("name", ["dps", "sara", "greso"])
 def test_allocator_states_keep_their_layout_through_json(name):
-    """DPS's HMM state and SARA's Beta history after 4 steps: the JSON round trip gives the same arrays (layout
-    included), and the next step selects the same prompts and leaves the same state."""
-    options = {"k": 4} if name == "dps" else {"group_size": 4}
+    """DPS's HMM state, SARA's Beta history and GRESO's streaks after 4 steps: the JSON round trip gives the same
+    arrays (layout included), and the next step selects the same prompts and leaves the same state."""
+    options = {"group_size": 4} if name == "sara" else {"k": 4}
     allocator = get_allocator(name, batch_size=8, **options)
     truth = np.random.default_rng(8).random(32)
 

@@ -22,7 +22,7 @@ def as_float_1d(x: object, name: str, *, allow_empty: bool = False) -> FloatArra
     """Return ``x`` as a float64 1-D array; reject other ranks, non-numbers, NaN and inf."""
     try:
         arr = np.asarray(x, dtype=np.float64)
-    except (TypeError, ValueError) as err:
+    except (TypeError, ValueError, OverflowError) as err:
         raise ValueError(f"{name} must be numeric, got {type(x).__name__}: {err}") from None
     if arr.ndim != 1:
         raise ValueError(f"{name} must be 1-D, got shape {arr.shape}")
@@ -66,8 +66,8 @@ def reward_range_text(value: object) -> object:
 
 
 def check_reward_range(reward_range: str) -> tuple[float, float]:
-    """Return ``(lo, hi)`` for a declared reward range; unknown names list the valid ones."""
-    if reward_range not in REWARD_RANGES:
+    """Return ``(lo, hi)`` for a declared reward range; unknown names (and non-strings) list the valid ones."""
+    if not isinstance(reward_range, str) or reward_range not in REWARD_RANGES:
         raise ValueError(f"unknown reward_range {reward_range!r}; valid: {', '.join(REWARD_RANGES)}")
     return REWARD_RANGES[reward_range]
 
@@ -92,16 +92,60 @@ def check_same_length(arrays: Sequence[np.ndarray], names: Sequence[str]) -> Non
         raise ValueError(f"length mismatch ({desc})")
 
 
+def as_real(value: object, name: str) -> float:
+    """Return a real scalar parameter as a float; reject bools, strings, None, containers (ints too big give inf).
+
+    A 0-d numpy array counts as a scalar. NaN and ±inf are returned as they are (range checks reject them).
+    """
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value.item()
+    if isinstance(value, bool | np.bool_) or not isinstance(value, int | float | np.integer | np.floating):
+        raise ValueError(f"{name} must be a number, got {type(value).__name__} {value!r}")
+    try:
+        return float(value)
+    except OverflowError:  # an int beyond the float range
+        return float("inf") if value > 0 else float("-inf")
+
+
 def check_positive(value: float, name: str, *, strict: bool = True) -> None:
-    """Reject a scalar parameter that is not finite and (strictly) positive."""
-    if not np.isfinite(value) or value < 0 or (strict and value == 0):
+    """Reject a scalar parameter that is not a finite, (strictly) positive number."""
+    x = as_real(value, name)
+    if not np.isfinite(x) or x < 0 or (strict and x == 0):
         raise ValueError(f"{name} must be {'>' if strict else '>='} 0 and finite, got {value!r}")
 
 
 def check_probability(value: float, name: str) -> None:
-    """Reject a scalar that is not in [0, 1]."""
-    if not (0.0 <= value <= 1.0):
+    """Reject a scalar that is not a number in [0, 1]."""
+    if not (0.0 <= as_real(value, name) <= 1.0):
         raise ValueError(f"{name} must lie in [0, 1], got {value!r}")
+
+
+def as_keys(keys: object, name: str, n: int) -> np.ndarray:
+    """Return (n,) stable prompt keys as an array: integers or strings, finite, one dtype (never NaN or None).
+
+    A NaN key never equals itself, so a state keyed by it could never be found again; mixed or unorderable keys
+    (None, objects) cannot be sorted into the keyed store.
+    """
+    arr = np.asarray(keys)
+    if arr.ndim != 1 or len(arr) != n:
+        raise ValueError(f"{name} must have one key per group ({n}), got shape {arr.shape}")
+    if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} must be finite integers or strings, got {arr[~np.isfinite(arr)][:3]}")
+    if arr.dtype.kind == "O":
+        kinds = {_key_kind(k) for k in arr}
+        if len(kinds) > 1 or None in kinds:
+            raise ValueError(f"{name} must be all integers or all strings, got {arr[:3].tolist()}")
+    elif arr.dtype.kind not in "iufUS":
+        raise ValueError(f"{name} must be integers or strings, got dtype {arr.dtype}")
+    return arr
+
+
+def _key_kind(key: object) -> type | None:
+    if isinstance(key, str):
+        return str
+    if isinstance(key, int | np.integer) and not isinstance(key, bool | np.bool_):
+        return int
+    return None
 
 
 def check_int(value: object, name: str, minimum: int, *, hint: str = "") -> None:

@@ -94,13 +94,21 @@ def group_index(uids: object) -> tuple[IntArray, np.ndarray]:
         ``(group (N,), unique_uids (G,))`` with ``unique_uids[group] == uids``; ids follow first appearance, so
         a batch laid out prompt by prompt keeps its order.
 
+    Raises:
+        ValueError: ``uids`` is not 1-D, or holds values that cannot be ordered together (None beside ints).
+
     >>> group_index(["b", "a", "b", "c"])[0]
     array([0, 1, 0, 2])
     """
     arr = np.asarray(uids)
     if arr.ndim != 1:
         raise ValueError(f"uids must be 1-D, got shape {arr.shape}")
-    uniq, first, inverse = np.unique(arr, return_index=True, return_inverse=True)
+    try:
+        uniq, first, inverse = np.unique(arr, return_index=True, return_inverse=True)
+    except TypeError:  # an object array of unorderable uids (None beside ints, mixed types)
+        raise ValueError(
+            f"uids must be mutually comparable (all strings or all numbers), got {arr[:4].tolist()}"
+        ) from None
     order = np.argsort(first, kind="stable")  # rank of each unique uid by first appearance
     rank = np.empty_like(order)
     rank[order] = np.arange(len(order))
@@ -119,6 +127,12 @@ def as_group(group: object, n_rollouts: int, *, n_groups: int | None = None) -> 
     g = as_index_1d(group, "group")
     if len(g) != n_rollouts:
         raise ValueError(f"length mismatch (rewards: {n_rollouts}, group: {len(g)})")
+    top = int(g.max()) + 1 if g.size else 0
+    if top > max(n_rollouts, n_groups or 0):  # G ≤ N when no group is empty: refuse before counting G bins
+        raise ValueError(
+            f"group ids must cover [0, G) without gaps; id {top - 1} exceeds what {n_rollouts} rollouts can fill "
+            "(map arbitrary uids with v05.groups.group_index)"
+        )
     n_g = segment_count(g, n_groups)
     empty = np.flatnonzero(n_g == 0)
     if empty.size:

@@ -15,6 +15,7 @@ import numpy as np
 from v05._checks import RewardRange
 from v05.allocation import Allocator, DynamicSampling, Fixed
 from v05.allocation.dps import DPS
+from v05.allocation.greso import GRESO
 from v05.allocation.osla import OSLA
 from v05.allocation.sara import SARA
 from v05.allocation.select import PriorSelect
@@ -128,9 +129,11 @@ ALLOCATORS: dict[str, type] = {
     "sara": SARA,
     "dps": DPS,
     "prior_select": PriorSelect,
+    "greso": GRESO,
 }
 """Allocator name → config class. Base group size option: fixed ``k``, osla ``k_init``, dynamic_sampling ``k``,
-sara ``group_size``, dps ``k``, prior_select ``k``; prompts that reach the loss: ``batch_size`` (all six)."""
+sara ``group_size``, dps ``k``, prior_select ``k``, greso ``k``; prompts that reach the loss: ``batch_size`` (all
+seven)."""
 
 
 def get_allocator(name: str, **options: object) -> Allocator:

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from v05.allocation import Allocation, DynamicSampling, Fixed, allocate
 from v05.allocation.dps import DPS
+from v05.allocation.greso import GRESO
 from v05.allocation.osla import OSLA
 from v05.allocation.sara import SARA
 from v05.allocation.select import PriorSelect
@@ -201,10 +202,10 @@ def test_dynamic_sampling_statistically_yields_only_mixed_groups():
 
 
 def test_registry_names_and_base_group_size_options():
-    """The six allocators are registered; each accepts its documented base group size and batch_size."""
-    assert list(ALLOCATORS) == ["fixed", "osla", "dynamic_sampling", "sara", "dps", "prior_select"]
+    """The seven allocators are registered; each accepts its documented base group size and batch_size."""
+    assert list(ALLOCATORS) == ["fixed", "osla", "dynamic_sampling", "sara", "dps", "prior_select", "greso"]
     base = {"fixed": "k", "osla": "k_init", "dynamic_sampling": "k", "sara": "group_size", "dps": "k",
-            "prior_select": "k"}  # fmt: skip
+            "prior_select": "k", "greso": "k"}  # fmt: skip
     for name, opt in base.items():
         alloc = get_allocator(name, **{opt: 4, "batch_size": 8})
         assert getattr(alloc, opt) == 4 and alloc.batch_size == 8
@@ -212,7 +213,7 @@ def test_registry_names_and_base_group_size_options():
 
 def test_registry_errors_list_the_valid_choices():
     """Unknown names list the valid names; unknown options list the valid fields; bad values give the config's error."""
-    with pytest.raises(ValueError, match="valid: fixed, osla, dynamic_sampling, sara, dps, prior_select"):
+    with pytest.raises(ValueError, match="valid: fixed, osla, dynamic_sampling, sara, dps, prior_select, greso"):
         get_allocator("grpo")
     with pytest.raises(ValueError, match=r"no option\(s\) kk; valid: k, batch_size"):
         get_allocator("fixed", kk=2)
@@ -274,6 +275,14 @@ def configured(draw):
             explore_frac=draw(st.sampled_from([0.0, 0.25, 0.5])),
         )
         return alloc, alloc.k * min(b, n), n
+    if name == "greso":
+        alloc = GRESO(
+            k=k,
+            batch_size=b,
+            p_explore_correct=draw(st.sampled_from([0.05, 0.5, 0.95])),
+            min_keep=draw(st.sampled_from([0.0, 0.01])),
+        )
+        return alloc, k * min(b, n), n
     return DPS(k=k, batch_size=b), k * min(b, n), n
 
 
@@ -312,7 +321,7 @@ def test_every_allocator_respects_counts_budget_and_loss_batch(cfg, seed, reward
             assert is_mixed(a).all()
         if isinstance(alloc, SARA):
             assert a.counts.max(initial=0) <= alloc.group_size and np.all(a.counts[a.kept] == alloc.group_size)
-        if isinstance(alloc, (DPS, PriorSelect)):
+        if isinstance(alloc, (DPS, PriorSelect, GRESO)):
             assert a.n_rollouts == cap
         if isinstance(alloc, OSLA) and alloc.fill:  # budget-neutral: exactly the cap (k_init·B + budget or k_max·B)
             assert a.n_rollouts == cap

@@ -26,7 +26,7 @@ def method_overrides(estimator: str, allocator: str) -> list[str]:
     """Overrides that make a valid config for the pair (a prior where the estimator or OSLA needs one)."""
     out = [f"estimator.name={estimator}", f"allocator.name={allocator}"]
     k_opt = {"fixed": "k", "osla": "k_init", "dynamic_sampling": "k", "sara": "group_size", "dps": "k",
-             "prior_select": "k"}[allocator]  # fmt: skip
+             "prior_select": "k", "greso": "k"}[allocator]  # fmt: skip
     out.append(f"allocator.options={{{k_opt}: 4}}")
     if ESTIMATORS[estimator].uses_prior or allocator in ("osla", "prior_select"):
         out.append("prior.name=running_mean")

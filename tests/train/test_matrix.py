@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import shutil
@@ -490,26 +491,45 @@ def _fmt_score(value: float) -> str:
 
 def test_grids_sharing_a_store_define_shared_cells_alike(tmp_path):
     """benchmarks/grids/*.yaml that share a store: a cell name both define (task/METHOD-sSEED) has one config in
-    both (else each grid would retrain and overwrite the other's stored cell); every cell of each grid loads."""
+    both (else each grid would retrain and overwrite the other's stored cell). Names only one grid has cannot
+    collide (a tuned method at a non-default setting is METHOD@SETTING), so only the shared names are loaded."""
     from v05.train.config import to_yaml  # noqa: PLC0415
+
+    grids = [load_grid(p) for p in sorted((REPO / "benchmarks/grids").glob("*.yaml"))]
+    by_store: dict[Path, list] = {}
+    for grid in grids:
+        if grid.store is not None:
+            by_store.setdefault(grid.store.resolve(), []).append(grid)
+    assert any(len(g) > 1 for g in by_store.values())  # the standard and prior-pay grids share one
+    for sharing in by_store.values():
+        names = [{m.name for m in g.methods} for g in sharing]
+        shared = {n for i, a in enumerate(names) for b in names[i + 1 :] for n in a & b}
+        seen: dict[str, tuple[str, str]] = {}
+        for grid in sharing:
+            grid = dataclasses.replace(grid, seeds=grid.seeds[:1], methods=tuple(m for m in grid.methods
+                                                                                 if m.name in shared))  # fmt: skip
+            default = {(t.name, m.name): "default" for t in grid.tasks for m in grid.methods}
+            for cell in grid_cells(grid, tmp_path, choices=default):
+                key, text = f"{cell.task.name}/{cell.run_dir.name}", to_yaml(cell.cfg)
+                if key in seen:
+                    assert seen[key][1] == text, f"{grid.name} and {seen[key][0]} define {key} differently"
+                seen[key] = (grid.name, text)
+
+
+def test_the_prior_pay_grid_resolves(tmp_path):
+    """Every method and tuning setting of benchmarks/grids/prior-pay.yaml loads (first task setting, seed 0; the
+    task overrides are the standard grid's), the recommendation candidates are tuned, and every method spends
+    the same budget."""
     from v05.train.matrix import tuning_cells  # noqa: PLC0415
 
-    by_store: dict[Path, dict[str, tuple[str, str]]] = {}
-    for path in sorted((REPO / "benchmarks/grids").glob("*.yaml")):
-        grid = load_grid(path)
-        settings = [s.name for s in grid.tuning.settings] if grid.tuning else ["default"]
-        cells = tuning_cells(grid, tmp_path)
-        for setting in settings:  # whichever setting the sweep picks, its cells are the grid's own
-            choices = {(t.name, m.name): setting for t in grid.tasks for m in grid.methods}
-            cells += grid_cells(grid, tmp_path, choices=choices)
-        assert cells, path
-        if grid.store is None:
-            continue
-        seen = by_store.setdefault(grid.store.resolve(), {})
-        for cell in cells:
-            key = f"{cell.task.name}/{cell.run_dir.name}"
-            text = to_yaml(cell.cfg)
-            if key in seen:
-                assert seen[key][1] == text, f"{path.name} and {seen[key][0]} define {key} differently"
-            seen[key] = (path.name, text)
-    assert len(by_store) >= 1
+    grid = load_grid(REPO / "benchmarks/grids/prior-pay.yaml")
+    grid = dataclasses.replace(grid, tasks=grid.tasks[:1], seeds=(0,))
+    tune = tuning_cells(grid, tmp_path)
+    assert len(tune) == len(grid.tuning.methods) * len(grid.tuning.settings)
+    cells = grid_cells(grid, tmp_path, choices={(grid.tasks[0].name, m): "default" for m in grid.tuning.methods})
+    assert len(cells) == len(grid.methods)
+    assert {c.cfg.train.max_rollouts for c in [*cells, *tune]} == {38400}
+    assert set(grid.tuning.recommend) <= set(grid.tuning.methods)
+    per_step = {c.method.name: c.cfg.train.batch_size * (c.cfg.allocator.options.get("k") or 1) for c in cells
+                if c.cfg.allocator.name in ("fixed", "prior_select")}  # fmt: skip
+    assert set(per_step.values()) == {128}, per_step  # 128 rollouts a step, whatever k

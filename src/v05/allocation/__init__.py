@@ -4,8 +4,9 @@
   ``Allocator`` protocol.
 - :mod:`~v05.allocation.uniform`: ``Fixed`` (GRPO's k per prompt) and ``DynamicSampling`` (DAPO).
 - :mod:`~v05.allocation.osla`: V0.5's one-step-look-ahead budget. :mod:`~v05.allocation.sara`: SARA.
-  :mod:`~v05.allocation.dps`: DPS's HMM prompt selection. :mod:`~v05.allocation.select`: ``PriorSelect``, prompt
-  selection by the value prior's predicted outcome variance.
+  :mod:`~v05.allocation.dps`: DPS's HMM prompt selection. :mod:`~v05.allocation.greso`: GRESO's pre-rollout skip of
+  prompts with zero-variance streaks. :mod:`~v05.allocation.select`: ``PriorSelect``, prompt selection by the value
+  prior's predicted outcome variance.
 - :mod:`~v05.allocation.posterior`: ``BetaPosterior`` and the discounted ``BetaHistory`` (shared with the ``dbb``
   estimator and the ``history`` prior); :mod:`~v05.allocation.keyed`: the sorted-key store behind every per-prompt
   state.
@@ -13,6 +14,7 @@
 
 from v05.allocation.dps import DPS, DpsState
 from v05.allocation.driver import Allocation, Allocator, Draw, Pool, SampleFn, allocate
+from v05.allocation.greso import GRESO, GresoState
 from v05.allocation.osla import OSLA
 from v05.allocation.posterior import BetaHistory, BetaPosterior
 from v05.allocation.sara import SARA
@@ -21,6 +23,7 @@ from v05.allocation.uniform import DynamicSampling, Fixed
 
 __all__ = [
     "DPS",
+    "GRESO",
     "OSLA",
     "SARA",
     "Allocation",
@@ -31,6 +34,7 @@ __all__ = [
     "DpsState",
     "DynamicSampling",
     "Fixed",
+    "GresoState",
     "Pool",
     "PriorSelect",
     "SampleFn",

@@ -15,8 +15,8 @@ Protocol (``S`` is the allocator's own frozen round state):
 
 This module holds the driver and the protocol; the allocators live beside it in the package: ``Fixed`` and
 ``DynamicSampling`` (:mod:`v05.allocation.uniform`), ``OSLA`` (:mod:`v05.allocation.osla`), ``SARA``
-(:mod:`v05.allocation.sara`), ``DPS`` (:mod:`v05.allocation.dps`), ``PriorSelect`` (:mod:`v05.allocation.select`);
-names are in ``v05.registry.ALLOCATORS``.
+(:mod:`v05.allocation.sara`), ``DPS`` (:mod:`v05.allocation.dps`), ``GRESO`` (:mod:`v05.allocation.greso`),
+``PriorSelect`` (:mod:`v05.allocation.select`); names are in ``v05.registry.ALLOCATORS``.
 """
 
 from __future__ import annotations
@@ -157,8 +157,8 @@ def allocate(
         prior: (P,) prior on the reward scale (needed by ``osla`` and ``prior_select``), or None.
         n0: the prior's pseudo-count, scalar or (P,) ≥ 0 (needed by ``osla`` with ``test="eb_guard"``; read by
             ``prior_select``, which falls back to its ``default_n0``), or None.
-        keys: (P,) stable prompt keys (ints or strings; required by ``sara`` and ``dps``, which keep per-prompt state
-            across steps).
+        keys: (P,) stable prompt keys (ints or strings; required by ``sara``, ``dps`` and ``greso``, which keep
+            per-prompt state across steps).
         reward_range: ``"pm1"`` or ``"01"``.
         state: the allocator state returned by the previous step, or None.
         max_rounds: safety cap on rounds; exceeding it raises (an allocator that never finishes is a bug).

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from v05._checks import RewardRange, check_positive
+from v05._checks import RewardRange, as_real, check_int, check_positive
 from v05._types import FloatArray
 from v05.advantages import Scale, scale_advantages
 from v05.baselines import NoiseModel, Switch, eb_guard_pvalue, pseudo_count_fusion, v05_shrinkage
@@ -93,6 +93,17 @@ class PriorErrorState:
     def __post_init__(self) -> None:
         if isinstance(self.window, bool) or not isinstance(self.window, (int, np.integer)) or self.window < 1:
             raise ValueError(f"window must be an integer >= 1 (groups), got {self.window!r}")
+        # a state restored from a checkpoint must be the sums push() wrote: one entry per step, finite and >= 0
+        sums = {"d2": self.d2, "noise": self.noise, "var": self.var, "count": self.count}
+        if len({len(v) for v in sums.values()}) != 1:
+            lengths = [len(v) for v in sums.values()]
+            raise ValueError(f"d2, noise, var and count need one entry per step, got lengths {lengths}")
+        for name, values in sums.items():
+            for v in values:
+                if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not (
+                    np.isfinite(v) and v >= 0
+                ):
+                    raise ValueError(f"PriorErrorState.{name} must hold finite numbers >= 0, got {v!r}")
 
     @property
     def n_groups(self) -> int:
@@ -207,11 +218,12 @@ def v05_eb(
     References: ours (SPEC §3.4); the pseudo-count view of a Beta prior; the V0.5 test as guard (arXiv:2603.10848).
     """
     check_prior_scale(scale, "v05_eb")
-    if guard_level is not None and not (0.0 < guard_level < 1.0):
+    if guard_level is not None and not (0.0 < as_real(guard_level, "guard_level") < 1.0):
         raise ValueError(f"guard_level must lie in (0, 1) or be None (guard off), got {guard_level!r}")
     check_positive(tau2_floor, "tau2_floor")
     if tau2 is not None:
         check_positive(tau2, "tau2")
+    check_int(min_groups, "min_groups", 0)
     if state is not None and not isinstance(state, PriorErrorState):
         raise ValueError(f"v05_eb state must be the PriorErrorState it returned (or None), got {type(state).__name__}")
     b = prepare(rewards, group, prior=prior, reward_range=reward_range)
@@ -224,7 +236,10 @@ def v05_eb(
     state_in = state if state is not None else PriorErrorState()
     ready = state_in.n_groups >= min_groups
     if n0 is not None:
-        n0_g = np.broadcast_to(np.asarray(n0, np.float64), (b.n_groups,)).copy()
+        try:
+            n0_g = np.broadcast_to(np.asarray(n0, np.float64), (b.n_groups,)).copy()
+        except (TypeError, ValueError, OverflowError):
+            raise ValueError(f"n0 must be a number or one per group ({b.n_groups}), got {n0!r}") from None
         if not np.all(np.isfinite(n0_g)) or np.any(n0_g < 0):
             raise ValueError(f"n0 must be finite and >= 0, got {n0!r}")
     elif tau2 is not None:
@@ -241,6 +256,10 @@ def v05_eb(
         n0_g = np.zeros(b.n_groups)  # no history yet: RLOO, never an n0 that depends on r_i
     else:
         n0_g = np.full(b.n_groups, state_in.push(*step_stats).n0(tau2_floor))
+    if not np.all(np.isfinite(n0_g)):  # σ̄²/τ² overflows for a τ² (or floor) near the smallest double
+        raise ValueError(
+            f"n0 = σ̄²/τ² overflows (tau2={tau2!r}, tau2_floor={tau2_floor!r}): use a τ² of at least ~1e-300"
+        )
     reject = np.zeros(b.n_groups, bool)
     n0_i = None
     if guard_level is not None:

@@ -8,7 +8,7 @@ advantage is 0 for ``grpo``, ``drgrpo``, ``rloo`` and ``reinforce_pp_baseline`` 
 
 from __future__ import annotations
 
-from v05._checks import RewardRange
+from v05._checks import RewardRange, check_positive
 from v05.advantages import Scale, scale_advantages
 from v05.baselines import group_mean, leave_one_out
 from v05.estimators._batch import Estimate, check_scale, per_group, prepare
@@ -32,6 +32,7 @@ def grpo(
     array([ 0.866, -0.866, -0.866,  0.866])
     """
     check_scale(scale)
+    check_positive(eps, "eps")  # eps = 0 would divide an all-equal group's 0 by its std 0
     b = prepare(rewards, group, reward_range=reward_range)
     mean_g = segment_mean(b.rewards, b.group, n_g=b.n_g)  # (G,)
     base = mean_g[b.group]  # (N,)
@@ -89,6 +90,7 @@ def reinforce_pp_baseline(
 
     References: Hu (2025) "REINFORCE++", arXiv:2501.03262.
     """
+    check_positive(eps, "eps")  # eps = 0 would whiten a batch of all-equal groups to 0/0
     b = prepare(rewards, group, reward_range=reward_range)
     base = group_mean(b.rewards, b.group, n_g=b.n_g)
     adv = scale_advantages(b.rewards, base, b.group, scale="batch_whiten", reward_range=reward_range, eps=eps)
@@ -96,7 +98,7 @@ def reinforce_pp_baseline(
 
 
 def oracle(
-    rewards: object, group: object, *, mu: object, reward_range: RewardRange = "pm1", scale: Scale = "none"
+    rewards: object, group: object, *, mu: object = None, reward_range: RewardRange = "pm1", scale: Scale = "none"
 ) -> Estimate:
     r"""The true value as baseline (simulation and benchmarks only).
 
@@ -107,11 +109,16 @@ def oracle(
     Args:
         rewards: (N,) rewards.
         group: (N,) group ids.
-        mu: (G,) or (N,) true values E[r | prompt] on the reward scale.
+        mu: (G,) or (N,) true values E[r | prompt] on the reward scale (required).
         reward_range: ``"pm1"`` or ``"01"``.
         scale: advantage scaling (default none).
+
+    Raises:
+        ValueError: no ``mu``, bad rewards or group ids, or ``mu`` of the wrong length, non-finite or out of range.
     """
     check_scale(scale)
+    if mu is None:
+        raise ValueError("oracle needs mu=(G,) or (N,) true values E[r | prompt] (simulation only)")
     b = prepare(rewards, group, reward_range=reward_range)
     mu_g = per_group(mu, "mu", b.group, b.n_groups, reward_range)
     base = mu_g[b.group]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from v05._checks import RewardRange, check_positive
+from v05._checks import RewardRange, as_keys, as_real, check_int, check_positive
 from v05.advantages import Scale, scale_advantages
 from v05.allocation.posterior import BetaHistory, Decay
 from v05.estimators._batch import Estimate, check_prior_scale, prepare
@@ -70,17 +70,21 @@ def dbb(
     for name, value in (("alpha0", alpha0), ("beta0", beta0)):
         if value is not None:
             check_positive(value, name)
+    if not 0.0 < as_real(lambda_, "lambda_") <= 1.0:
+        raise ValueError(f"lambda_ must lie in (0, 1], got {lambda_!r}")
     if decay == "step" and step is None:
         raise ValueError("decay='step' discounts by λ^(step − last visit): pass step=<current training step>")
+    if step is not None:
+        check_int(step, "step", 0, hint=" (the current training step)")
+        if step >= 2**63:
+            raise ValueError(f"step must be below 2**63 (it is stored as int64), got {step!r}")
     b = prepare(rewards, group, reward_range=reward_range)
     if prompt_ids is None:
         raise ValueError(
             "dbb keeps a per-prompt history: pass prompt_ids=(G,) stable prompt keys (group ids are batch-local, "
             "so a history keyed by them would mix prompts across steps)"
         )
-    keys = np.asarray(prompt_ids)
-    if keys.ndim != 1 or len(keys) != b.n_groups:
-        raise ValueError(f"prompt_ids must have one key per group ({b.n_groups}), got shape {keys.shape}")
+    keys = as_keys(prompt_ids, "prompt_ids", b.n_groups)
     if state is None:
         history = BetaHistory.empty(1.0 if alpha0 is None else alpha0, 1.0 if beta0 is None else beta0)
     elif not isinstance(state, BetaHistory):

@@ -26,7 +26,7 @@ def poise(
     rewards: object,
     group: object,
     *,
-    values: object,
+    values: object = None,
     reward_range: RewardRange = "pm1",
     scale: Scale = "none",
 ) -> Estimate:
@@ -49,7 +49,7 @@ def poise(
         rewards: (N,) rewards on the declared scale.
         group: (N,) group ids in [0, G).
         values: (N,) per-rollout probe predictions g(z_i) on the reward scale, within the reward range (the probe
-            clips its output; see :class:`v05.value.probe.PoiseProbe`).
+            clips its output; see :class:`v05.value.probe.PoiseProbe`); required.
         reward_range: ``"pm1"`` or ``"01"`` (the release works in 0/1).
         scale: advantage scaling; ``"none"`` (default, the release), ``"batch_std"``, ``"batch_whiten"`` or
             ``"model_std"``. ``"group_std"`` is refused: siblings' predictions give all-equal groups signal, but their
@@ -59,8 +59,8 @@ def poise(
         The estimate (``advantages``, ``baseline``); no state (the probe lives outside the estimator).
 
     Raises:
-        ValueError: bad rewards or group ids, ``values`` not 1-D of length N, non-finite or outside the reward
-            range, or an unknown / refused ``scale``.
+        ValueError: bad rewards or group ids, ``values`` missing or not 1-D of length N, non-finite or outside the
+            reward range, or an unknown / refused ``scale``.
 
     References:
         POISE: "Policy Optimization with Internal State Value Estimation", arXiv:2605.07579 (released code:
@@ -70,6 +70,8 @@ def poise(
     array([0.65, 0.55, 0.3 ])
     """
     check_prior_scale(scale, "poise")
+    if values is None:
+        raise ValueError("poise needs values=(N,): the frozen probe's prediction for every rollout of the batch")
     b = prepare(rewards, group, reward_range=reward_range)
     g = as_float_1d(values, "values")
     if len(g) != len(b.rewards):

@@ -17,6 +17,7 @@ K_OPTION = {
     "sara": "group_size",
     "dps": "k",
     "prior_select": "k",
+    "greso": "k",
 }
 """The option of each allocator that the grid's k sets (its base group size)."""
 

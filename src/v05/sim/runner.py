@@ -47,7 +47,7 @@ EXACT_ESTIMATORS = frozenset({"grpo", "drgrpo", "rloo", "reinforce_pp_baseline",
 """Baseline = a per-group function of (rewards, prior, fixed parameters): exact under fixed allocation."""
 STATE_EXACT_ESTIMATORS = frozenset({"v05_eb"})
 """Exact given the state carried in from earlier steps."""
-POOL_ALLOCATORS = frozenset({"dynamic_sampling", "sara", "dps", "prior_select"})
+POOL_ALLOCATORS = frozenset({"dynamic_sampling", "sara", "dps", "prior_select", "greso"})
 """Allocators that select groups from a larger candidate pool."""
 SWEEP_ESTIMATORS = ("grpo", "v05", "v05_eb")
 """Estimators run under the prior-quality sweep (``noise_sweep``)."""

@@ -96,14 +96,15 @@ class AllocatorConfig:
     """The rollout allocator; its ``batch_size`` is ``train.batch_size``."""
 
     name: str = "fixed"
-    """allocator name in ``v05.registry.ALLOCATORS`` (fixed, osla, dynamic_sampling, sara, dps, prior_select)."""
+    """allocator name in ``v05.registry.ALLOCATORS`` (fixed, osla, dynamic_sampling, sara, dps, prior_select,
+    greso)."""
     options: dict[str, Any] = field(default_factory=dict)
-    """its options: the base group size (fixed/dynamic_sampling/dps/prior_select ``k``, osla ``k_init``, sara
+    """its options: the base group size (fixed/dynamic_sampling/dps/prior_select/greso ``k``, osla ``k_init``, sara
     ``group_size``; fixed defaults to k = 4) and the rest (``k_max``, ``c``, ``max_rounds`` ...)."""
     pool_factor: int | None = None
     """candidate pool per step = batch_size × pool_factor prompts (None: 1 for fixed/osla, max_rounds × gen batch
-    for dynamic_sampling, 4 for sara, dps and prior_select). Prompts the allocator does not sample go back to the
-    queue."""
+    for dynamic_sampling, 4 for sara, dps, prior_select and greso). Prompts the allocator does not sample go back to
+    the queue."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -63,7 +63,7 @@ from v05.train.warmstart import ensure_warm_start, render_all
 
 logger = logging.getLogger(__name__)
 
-POOL_FACTOR = {"fixed": 1, "osla": 1, "sara": 4, "dps": 4, "prior_select": 4}
+POOL_FACTOR = {"fixed": 1, "osla": 1, "sara": 4, "dps": 4, "prior_select": 4, "greso": 4}
 """Default candidate pool per step, in batches (dynamic_sampling: its max_rounds × gen batch)."""
 
 

@@ -1,8 +1,8 @@
 """Run counters, and estimator and allocator state as JSON (type-tagged), for checkpoints: no pickle, exact.
 
 The states are the values the core returns (``Estimate.state``, ``Allocation.state``): ``PriorErrorState``
-(``v05_eb``), ``BetaHistory`` (``dbb``, SARA) and ``DpsState`` (DPS). A state of another type is refused with the
-list of supported ones, so a new stateful method cannot be silently dropped from a checkpoint.
+(``v05_eb``), ``BetaHistory`` (``dbb``, SARA), ``DpsState`` (DPS) and ``GresoState`` (GRESO). A state of another type
+is refused with the list of supported ones, so a new stateful method cannot be silently dropped from a checkpoint.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from v05.allocation.dps import DpsState
+from v05.allocation.greso import GresoState
 from v05.allocation.posterior import BetaHistory
 from v05.estimators.fusion import PriorErrorState
 
@@ -30,7 +31,12 @@ class Counters:
     verifier_failures: int = 0
 
 
-STATE_TYPES: dict[str, type] = {"PriorErrorState": PriorErrorState, "BetaHistory": BetaHistory, "DpsState": DpsState}
+STATE_TYPES: dict[str, type] = {
+    "PriorErrorState": PriorErrorState,
+    "BetaHistory": BetaHistory,
+    "DpsState": DpsState,
+    "GresoState": GresoState,
+}
 
 
 def state_to_json(state: Any) -> dict[str, Any] | None:

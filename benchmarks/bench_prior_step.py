@@ -1,0 +1,143 @@
+"""Per-step cost of the ``combined`` prior as the trainer drives it: predict → update → calibration, ~100 steps.
+
+Deterministic (one seeded rng): a pool of bundled V0 prompt texts, ``--prompts`` of them per step (cycled like the
+trainer's queue, so prompts recur), group means of k = 4 ±1 rollouts drawn from a latent pass rate that drifts with
+the step. MiniLM is never run: its rows come from a precomputed table (synthetic 384-d unit rows with topic
+structure, filled into the embedder's memory cache as a warm disk cache would), so ``embed`` takes its real cached
+path; TF-IDF is the real backend, prefetched like the trainer's pool. Prints the median seconds per step of
+``predict``, ``update`` and ``calibration`` (over steps ≥ ``--skip``) and, with ``--reference``, the largest
+|Δ| of every prediction (mean, τ², n0) against a saved run (``--save`` writes one).
+
+Usage: OPENBLAS_NUM_THREADS=1 python benchmarks/bench_prior_step.py [--steps 100] [--prompts 64] [--pool 1500]
+       [--save /tmp/prior_ref.npz | --reference /tmp/prior_ref.npz] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+
+import numpy as np
+
+from v05.datasets.v0 import load_v0
+from v05.priors import make_provider
+from v05.priors.backends import make_backend
+from v05.priors.embeddings import Embedder, text_key
+
+WIDTH = 384
+"""MiniLM's embedding width."""
+TOPICS = 24
+"""Latent topics of the synthetic embedding table (prompts of one topic share a direction and a difficulty)."""
+K_ROLLOUTS = 4
+
+
+class TableBackend:
+    """A stand-in for MiniLM whose rows were computed before the run (never called once the cache is filled)."""
+
+    id = "table-minilm"
+    truncated = 0
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        """Refuse: every row must come from the prefilled cache."""
+        raise RuntimeError(f"TableBackend asked to encode {len(texts)} uncached texts")
+
+
+def _world(rng: np.random.Generator, n_pool: int) -> tuple[list[str], list[str], np.ndarray, np.ndarray]:
+    """(ids, texts, (P, D) embedding table, (P,) latent logit of each prompt's pass rate)."""
+    data = load_v0()
+    keys = np.array(sorted(data.prompts))[rng.permutation(len(data.prompts))[:n_pool]]
+    texts = data.texts(keys)
+    topic = rng.integers(0, TOPICS, n_pool)
+    centre = rng.normal(size=(TOPICS, WIDTH))
+    emb = centre[topic] + 1.5 * rng.normal(size=(n_pool, WIDTH))  # (P, D)
+    emb /= np.linalg.norm(emb, axis=1, keepdims=True)
+    logit = rng.normal(0.0, 1.5, TOPICS)[topic] + rng.normal(0.0, 0.7, n_pool)
+    return [str(k) for k in keys], texts, emb, logit
+
+
+def _provider(texts: list[str], emb: np.ndarray) -> object:
+    minilm = Embedder(backend=TableBackend(), cache_dir=False)  # type: ignore[arg-type]
+    minilm.memory_.update({text_key(t): row.astype(np.float32) for t, row in zip(texts, emb, strict=True)})
+    tfidf = Embedder(backend=make_backend("tfidf"), cache_dir=False)
+    prov = make_provider("combined", embedder=minilm, stack_embedders={"tfidf": tfidf})
+    prov.prefetch(texts)  # the trainer embeds its pool once, up front
+    return prov
+
+
+def run(n_steps: int, n_prompts: int, n_pool: int, seed: int) -> dict[str, np.ndarray]:
+    """Drive the provider; returns per-step times and the stacked predictions."""
+    rng = np.random.default_rng(seed)
+    ids, texts, emb, logit = _world(rng, n_pool)
+    prov = _provider(texts, emb)
+    order = rng.permutation(n_pool)
+    t_pred, t_upd, t_cal, means, tau2s, n0s = [], [], [], [], [], []
+    for step in range(1, n_steps + 1):
+        start = ((step - 1) * n_prompts) % n_pool
+        idx = order[np.arange(start, start + n_prompts) % n_pool]  # the queue cycles through the pool
+        s_ids, s_texts = [ids[i] for i in idx], [texts[i] for i in idx]
+        t0 = time.perf_counter()
+        pred = prov.predict(s_ids, s_texts)  # type: ignore[attr-defined]
+        t1 = time.perf_counter()
+        p = 1.0 / (1.0 + np.exp(-(logit[idx] + 0.02 * step)))  # the policy improves
+        wins = rng.binomial(K_ROLLOUTS, p)
+        scores = 2.0 * wins / K_ROLLOUTS - 1.0  # (G,) ±1 group means
+        t2 = time.perf_counter()
+        prov.update(s_ids, s_texts, scores, np.full(n_prompts, float(K_ROLLOUTS)), step=step)  # type: ignore[attr-defined]
+        t3 = time.perf_counter()
+        prov.calibration()  # type: ignore[attr-defined]  # the trainer logs it every step
+        t4 = time.perf_counter()
+        t_pred.append(t1 - t0)
+        t_upd.append(t3 - t2)
+        t_cal.append(t4 - t3)
+        means.append(pred.mean)
+        tau2s.append(pred.tau2)
+        n0s.append(pred.n0)
+    return {
+        "predict_s": np.array(t_pred),
+        "update_s": np.array(t_upd),
+        "calibration_s": np.array(t_cal),
+        "mean": np.stack(means),
+        "tau2": np.stack(tau2s),
+        "n0": np.stack(n0s),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--prompts", type=int, default=64)
+    parser.add_argument("--pool", type=int, default=1500)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--skip", type=int, default=10, help="steps left out of the medians (buffer filling up)")
+    parser.add_argument("--save", default=None, help="write this run's predictions here (.npz)")
+    parser.add_argument("--reference", default=None, help="compare predictions with a run saved by --save")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    logging.disable(logging.WARNING)  # the first steps warn that the buffer is too small
+    out = run(args.steps, args.prompts, args.pool, args.seed)
+    tail = slice(args.skip, None)
+    result: dict[str, float] = {
+        f"median_{name}": float(np.median(out[name][tail])) for name in ("predict_s", "update_s", "calibration_s")
+    }
+    result["median_total_s"] = float(np.median((out["predict_s"] + out["update_s"] + out["calibration_s"])[tail]))
+    result["sum_total_s"] = float(np.sum(out["predict_s"] + out["update_s"] + out["calibration_s"]))
+    if args.save:
+        np.savez(args.save, mean=out["mean"], tau2=out["tau2"], n0=out["n0"])
+    if args.reference:
+        ref = np.load(args.reference)
+        for name in ("mean", "tau2", "n0"):
+            n = min(len(out[name]), len(ref[name]))  # the steps both runs made
+            result[f"max_abs_diff_{name}"] = float(np.max(np.abs(out[name][:n] - ref[name][:n])))
+    text = json.dumps(result, indent=2)
+    print(text)  # a script, not the library: printing is its output
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
