@@ -5,11 +5,14 @@ trainer's queue, so prompts recur), group means of k = 4 ±1 rollouts drawn from
 the step. MiniLM is never run: its rows come from a precomputed table (synthetic 384-d unit rows with topic
 structure, filled into the embedder's memory cache as a warm disk cache would), so ``embed`` takes its real cached
 path; TF-IDF is the real backend, prefetched like the trainer's pool. Prints the median seconds per step of
-``predict``, ``update`` and ``calibration`` (over steps ≥ ``--skip``) and, with ``--reference``, the largest
+``predict``, ``update`` and ``calibration`` (over steps ≥ ``--skip``) by wall clock and by this process's CPU
+time (steadier on a shared machine: waiting for a core is not counted) and, with ``--reference``, the largest
 |Δ| of every prediction (mean, τ², n0) against a saved run (``--save`` writes one).
 
 Usage: OPENBLAS_NUM_THREADS=1 python benchmarks/bench_prior_step.py [--steps 100] [--prompts 64] [--pool 1500]
        [--save /tmp/prior_ref.npz | --reference /tmp/prior_ref.npz] [--json PATH]
+Before/after: run it once on a copy of ``src`` holding the old ``v05/priors`` files (``PYTHONPATH=COPY ... --save``),
+then on the working tree with ``--reference``; alternate the two a few times on a busy machine.
 """
 
 from __future__ import annotations
@@ -73,32 +76,34 @@ def run(n_steps: int, n_prompts: int, n_pool: int, seed: int) -> dict[str, np.nd
     ids, texts, emb, logit = _world(rng, n_pool)
     prov = _provider(texts, emb)
     order = rng.permutation(n_pool)
-    t_pred, t_upd, t_cal, means, tau2s, n0s = [], [], [], [], [], []
+    wall: dict[str, list[float]] = {"predict": [], "update": [], "calibration": []}
+    cpu: dict[str, list[float]] = {"predict": [], "update": [], "calibration": []}
+    means, tau2s, n0s = [], [], []
+
+    def timed(name: str, call: object, *args: object, **kwargs: object) -> object:
+        w0, c0 = time.perf_counter(), time.process_time()
+        out = call(*args, **kwargs)  # type: ignore[operator]
+        wall[name].append(time.perf_counter() - w0)
+        cpu[name].append(time.process_time() - c0)
+        return out
+
     for step in range(1, n_steps + 1):
         start = ((step - 1) * n_prompts) % n_pool
         idx = order[np.arange(start, start + n_prompts) % n_pool]  # the queue cycles through the pool
         s_ids, s_texts = [ids[i] for i in idx], [texts[i] for i in idx]
-        t0 = time.perf_counter()
-        pred = prov.predict(s_ids, s_texts)  # type: ignore[attr-defined]
-        t1 = time.perf_counter()
+        pred = timed("predict", prov.predict, s_ids, s_texts)  # type: ignore[attr-defined]
         p = 1.0 / (1.0 + np.exp(-(logit[idx] + 0.02 * step)))  # the policy improves
         wins = rng.binomial(K_ROLLOUTS, p)
         scores = 2.0 * wins / K_ROLLOUTS - 1.0  # (G,) ±1 group means
-        t2 = time.perf_counter()
-        prov.update(s_ids, s_texts, scores, np.full(n_prompts, float(K_ROLLOUTS)), step=step)  # type: ignore[attr-defined]
-        t3 = time.perf_counter()
-        prov.calibration()  # type: ignore[attr-defined]  # the trainer logs it every step
-        t4 = time.perf_counter()
-        t_pred.append(t1 - t0)
-        t_upd.append(t3 - t2)
-        t_cal.append(t4 - t3)
+        counts = np.full(n_prompts, float(K_ROLLOUTS))
+        timed("update", prov.update, s_ids, s_texts, scores, counts, step=step)  # type: ignore[attr-defined]
+        timed("calibration", prov.calibration)  # type: ignore[attr-defined]  # the trainer logs it every step
         means.append(pred.mean)
         tau2s.append(pred.tau2)
         n0s.append(pred.n0)
     return {
-        "predict_s": np.array(t_pred),
-        "update_s": np.array(t_upd),
-        "calibration_s": np.array(t_cal),
+        **{f"{name}_s": np.array(v) for name, v in wall.items()},
+        **{f"{name}_cpu_s": np.array(v) for name, v in cpu.items()},
         "mean": np.stack(means),
         "tau2": np.stack(tau2s),
         "n0": np.stack(n0s),
@@ -119,11 +124,13 @@ def main() -> int:
     logging.disable(logging.WARNING)  # the first steps warn that the buffer is too small
     out = run(args.steps, args.prompts, args.pool, args.seed)
     tail = slice(args.skip, None)
-    result: dict[str, float] = {
-        f"median_{name}": float(np.median(out[name][tail])) for name in ("predict_s", "update_s", "calibration_s")
-    }
-    result["median_total_s"] = float(np.median((out["predict_s"] + out["update_s"] + out["calibration_s"])[tail]))
-    result["sum_total_s"] = float(np.sum(out["predict_s"] + out["update_s"] + out["calibration_s"]))
+    result: dict[str, float] = {}
+    for clock in ("", "_cpu"):
+        parts = [f"{name}{clock}_s" for name in ("predict", "update", "calibration")]
+        result |= {f"median_{part}": float(np.median(out[part][tail])) for part in parts}
+        total = sum(out[part] for part in parts)
+        result[f"median_total{clock}_s"] = float(np.median(total[tail]))
+        result[f"sum_total{clock}_s"] = float(np.sum(total))
     if args.save:
         np.savez(args.save, mean=out["mean"], tau2=out["tau2"], n0=out["n0"])
     if args.reference:

@@ -101,3 +101,45 @@ def test_v0_tabpfn_head_by_name_names_the_missing_checkpoint():
     assert type(head).__name__ == "V0TabPFNHead" and head.n_estimators == 4
     with pytest.raises((ValueError, ImportError), match="tabpfn"):
         head.fit(np.zeros((4, 3)), np.array([1.0, -1.0, 1.0, -1.0]))
+
+
+def test_kernel_ridge_cross_val_equals_a_cholesky_per_fold():
+    """One shared Cholesky factor gives the out-of-fold predictions and the full fit of one solve per fold to float64
+    round-off (1e-12), with an empty fold, a fold left with one training row, and data rows repeating gram rows."""
+    from scipy.linalg import cho_factor, cho_solve
+
+    from v05.priors.heads import kernel_ridge_cross_val
+
+    def loop(gram, fold, n_folds, target, alpha):
+        n, out = len(fold), np.zeros(len(fold))
+        for f in range(n_folds):
+            tr, te = fold != f, fold == f
+            if te.any() and tr.sum() >= 2:
+                t = target(tr)
+                dual = cho_solve(cho_factor(gram[np.ix_(tr, tr)] + alpha * np.eye(tr.sum())), t - t.mean())
+                out[te] = t.mean() + gram[np.ix_(te, tr)] @ dual
+        y = target(np.ones(n, bool))
+        return out, y.mean(), cho_solve(cho_factor(gram + alpha * np.eye(n)), y - y.mean())
+
+    rng = np.random.default_rng(5)
+    x, y = _data(rng, 90, 8)
+    gram = np.exp(-2.0 * np.sum((x[:, None] - x[None]) ** 2, axis=-1))  # (90, 90), exactly symmetric
+    w = rng.uniform(0.5, 1.5, 90)
+    cases = [
+        (rng.integers(0, 5, 90), 5, None),
+        (np.where(rng.integers(0, 4, 90) == 3, 2, rng.integers(0, 3, 90)), 4, None),  # fold 3 empty
+        (np.r_[np.zeros(89, int), 1], 2, None),  # fold 1 holds one row; fold 0 has one training row: skipped
+        (rng.integers(0, 5, 120), 5, rng.integers(0, 90, 120)),  # 120 data rows on 90 gram rows
+    ]
+    for fold, n_folds, rows in cases:
+        g = gram if rows is None else gram[np.ix_(rows, rows)]
+        yy = np.resize(y, len(fold)) * np.resize(w, len(fold))
+
+        def target(mask, yy=yy):
+            return yy[mask] - 0.5 * np.mean(yy[mask])
+
+        got = kernel_ridge_cross_val(gram, fold, n_folds, target, alpha=0.3, rows=rows)
+        want = loop(g, fold, n_folds, target, 0.3)
+        np.testing.assert_allclose(got[0], want[0], rtol=0, atol=1e-12)
+        assert abs(got[1] - want[1]) < 1e-15
+        np.testing.assert_allclose(got[2], want[2], rtol=0, atol=1e-12)

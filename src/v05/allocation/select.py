@@ -9,9 +9,10 @@ The score of a prompt is the Bernoulli variance of its outcome, s = p̃(1 − p�
 (or at the mean m). The ``batch_size`` prompts with the largest scores get ``k`` rollouts each, in one round.
 
 Deviations from the cited papers: GRESO (arXiv:2506.02177) skips prompts whose *past* groups had zero variance, with
-a skip probability that grows with the zero-variance streak (``greso``); MoPPS (arXiv:2507.04632) samples Beta posteriors built from each prompt's own history;
-here the belief is the value prior's (V, n0), so a prompt never sampled before is scored too, and no state is kept
-across steps (the prior provider already learns from every sampled prompt). The exploration share is ours.
+a skip probability that grows with the zero-variance streak (``greso``); MoPPS (arXiv:2507.04632) samples Beta
+posteriors built from each prompt's own history; here the belief is the value prior's (V, n0), so a prompt never
+sampled before is scored too, and no state is kept across steps (the prior provider already learns from every
+sampled prompt). The exploration share is ours.
 """
 
 from __future__ import annotations

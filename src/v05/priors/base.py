@@ -20,6 +20,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from v05._checks import as_float_1d, check_in_range
 from v05._types import FloatArray
 from v05.allocation.posterior import BetaPosterior
 from v05.estimators.fusion import TAU2_FLOOR, prior_error_stats
@@ -100,8 +101,22 @@ class Calibration:
 
 
 def auc_score(score: FloatArray, label: np.ndarray) -> float:
-    """ROC-AUC of ``score`` for the boolean ``label`` (Mann–Whitney with mid-ranks for ties); NaN if one class."""
+    """ROC-AUC of ``score`` for the boolean ``label`` (Mann–Whitney with mid-ranks for ties).
+
+    NaN where it is undefined: one class only, or a NaN score (it cannot be ranked).
+
+    Raises:
+        ValueError: ``score`` is not a 1-D array of numbers, or ``label`` has another length.
+    """
+    try:
+        score = np.asarray(score, np.float64)
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError(f"score must be a 1-D array of numbers, got {type(score).__name__}") from None
     label = np.asarray(label, bool)
+    if score.ndim != 1 or label.shape != score.shape:
+        raise ValueError(f"score and label must be 1-D of one shape, got {score.shape} and {label.shape}")
+    if np.isnan(score).any():
+        return float("nan")
     n_pos, n_neg = int(label.sum()), int((~label).sum())
     if n_pos == 0 or n_neg == 0:
         return float("nan")
@@ -128,9 +143,13 @@ def calibrate(
 
     Returns:
         The calibration; with G = 0 the fields are NaN and n = 0.
+
+    Raises:
+        ValueError: the arrays are not 1-D numbers of one length, a value is NaN or infinite, or counts < 1.
     """
-    v, vbar, k = (np.asarray(a, np.float64) for a in (prediction, observed, counts))
-    if not (v.shape == vbar.shape == k.shape) or v.ndim != 1:
+    v, vbar, k = (as_float_1d(a, n, allow_empty=True) for a, n in
+                  ((prediction, "prediction"), (observed, "observed"), (counts, "counts")))  # fmt: skip
+    if not (v.shape == vbar.shape == k.shape):
         raise ValueError(
             f"prediction, observed and counts must be 1-D of one shape, got {v.shape}, {vbar.shape}, {k.shape}"
         )
@@ -161,14 +180,22 @@ def group_outcomes(
 
     Returns:
         (G,) mean ±1 score v̄_g and (G,) counts n_g.
+
+    Raises:
+        ValueError: bad rewards or group ids, a group without rollouts, or ``n_groups`` below the ids or not an
+            integer.
     """
-    from v05._checks import as_float_1d, as_index_1d, check_in_range, check_same_length
+    from v05._checks import as_index_1d, check_int, check_same_length
     from v05.groups import segment_count, segment_mean
     from v05.rewards import to_pm1
 
     r, g = as_float_1d(rewards, "rewards"), as_index_1d(group, "group")
     check_same_length([r, g], ["rewards", "group"])
     check_in_range(r, "rewards", reward_range)
+    if n_groups is not None:
+        check_int(n_groups, "n_groups", 1)
+    if int(g.max()) >= len(r):  # every group needs a rollout: refuse before counting a huge id's bins
+        raise ValueError(f"group {len(r)} has no rollouts (ids reach {int(g.max())} with {len(r)} rollouts)")
     n_g = segment_count(g, n_groups)  # (G,)
     if np.any(n_g == 0):
         raise ValueError(f"group {int(np.flatnonzero(n_g == 0)[0])} has no rollouts")

@@ -5,7 +5,8 @@ context, ``predict(X (Q, D)) -> (Q,)``. Targets and outputs are ±1 scores, exce
 ``"prob_nonneg"`` (V0's label: P(s ≥ 0)), which the provider maps to E[s] with a calibration fitted on its context.
 
 - ``krr``: RBF kernel ridge on centred scores, ŷ = ȳ + k(x, X)(K + αI)⁻¹(y − ȳ) (α = 0.3, γ = 2 measured best on
-  MiniLM, priors-on-real-data.md §3.1); numpy + scipy, cross-validation and the final fit share one Gram matrix.
+  MiniLM, priors-on-real-data.md §3.1); numpy + scipy, cross-validation and the final fit share one Gram matrix
+  and one Cholesky factor (:func:`kernel_ridge_cross_val`).
 - ``gp``: Gaussian process, ConstantKernel·RBF + WhiteKernel on standardised scores (marginal likelihood).
 - ``knn``: mean score of the k most cosine-similar context prompts (k = 20).
 - ``logistic``: binomial logistic regression on p = (s + 1)/2 (each row twice, weights p and 1 − p), ŷ = 2P − 1;
@@ -93,22 +94,14 @@ class KernelRidgeHead:
         """Out-of-fold predictions (R,), then fit this head on every row; one (R, R) Gram matrix for it all.
 
         Fold f is predicted by a ridge fitted on the other rows with targets ``target(train mask)``; rows of a fold
-        with fewer than 2 training rows keep 0. The same numbers as fitting one head per fold.
+        with fewer than 2 training rows keep 0. The numbers of fitting one head per fold, to float64 round-off
+        (:func:`kernel_ridge_cross_val`).
         """
         x = np.asarray(x, np.float64)
-        gram = rbf_gram(x, x, self.gamma)  # (R, R)
-        out = np.zeros(len(x))
-        for f in range(n_folds):
-            tr, te = fold != f, fold == f
-            if not te.any() or tr.sum() < 2:
-                continue
-            t = np.asarray(target(tr), np.float64)
-            mean = float(np.mean(t))
-            dual = _ridge_solve(gram[np.ix_(tr, tr)], t - mean, self.alpha)
-            out[te] = mean + gram[np.ix_(te, tr)] @ dual
-        y = np.asarray(target(np.ones(len(x), bool)), np.float64)
-        self.mean_, self.x_ = float(np.mean(y)), x
-        self.dual_ = _ridge_solve(gram, y - self.mean_, self.alpha)
+        out, self.mean_, self.dual_ = kernel_ridge_cross_val(
+            rbf_gram(x, x, self.gamma), fold, n_folds, target, alpha=self.alpha
+        )
+        self.x_ = x
         return out
 
 
@@ -118,6 +111,90 @@ def _ridge_solve(gram: FloatArray, y: FloatArray, alpha: float) -> FloatArray:
 
     return cho_solve(cho_factor(gram + alpha * np.eye(len(gram)), lower=True, check_finite=False), y,
                      check_finite=False)  # fmt: skip
+
+
+def kernel_ridge_cross_val(
+    gram: FloatArray,
+    fold: np.ndarray,
+    n_folds: int,
+    target: Callable[[np.ndarray], FloatArray],
+    *,
+    alpha: float,
+    rows: np.ndarray | None = None,
+) -> tuple[FloatArray, float, FloatArray]:
+    r"""Out-of-fold kernel-ridge predictions and the fit on every row, from one Cholesky factor of A = K + αI.
+
+    Fold f's ridge is fitted on its training rows S with centred targets z_S = t − t̄ (t = ``target(S)``) and
+    predicts its rows T as t̄ + K_TS A_SS⁻¹ z_S. With H = A⁻¹ and z_T = 0, the block inverse gives
+
+        K_TS A_SS⁻¹ z_S = −(H_TT)⁻¹ (H z)_T,   (H_TT)⁻¹ = A_TT − A_TS A_SS⁻¹ A_ST (the Schur complement)
+
+    and, rows sorted by fold with A = L Lᵀ and Q the rows after T (the columns T of L⁻¹ are L_TT⁻¹ on T,
+    −L_QQ⁻¹ L_QT L_TT⁻¹ on Q and 0 above):
+
+        (H_TT)⁻¹ = L_TT (I + MᵀM)⁻¹ L_TTᵀ,   M = L_QQ⁻¹ L_QT
+
+    So one Cholesky factorisation serves every fold and the full fit; a fold adds one triangular solve with |T|
+    right-hand sides and a |T| × |T| Cholesky (5 equal folds and the full fit: 83 instead of 148 (R/5)³ flops).
+    ``gram`` is taken as symmetric. The numbers equal per-fold solves to float64 round-off. A fold without rows,
+    or with fewer than 2 training rows, is skipped (its rows keep 0).
+
+    Args:
+        gram: (M, M) kernel matrix; data row i is ``gram[rows[i]]`` (``rows`` None: M = R and row i is row i).
+        fold: (R,) fold of each row in [0, n_folds).
+        n_folds: number of folds.
+        target: the training targets given an (R,) boolean row mask (a fold's training rows, or all rows).
+        alpha: ridge α > 0.
+        rows: (R,) row of ``gram`` that holds each data row (rows may repeat).
+
+    Returns:
+        (R,) out-of-fold predictions, ȳ of the full fit, and its (R,) dual coefficients (K + αI)⁻¹(y − ȳ).
+    """
+    from scipy.linalg import blas, cho_factor, cho_solve  # noqa: PLC0415 (scipy ships with the priors extra)
+
+    fold = np.asarray(fold)
+    n = len(fold)
+    order = np.argsort(fold, kind="stable")  # (R,) rows sorted by fold
+    position = np.empty(n, np.int64)
+    position[order] = np.arange(n)  # sorted position of each row
+    bounds = np.searchsorted(fold[order], np.arange(n_folds + 1))  # fold f holds sorted rows bounds[f]:bounds[f+1]
+    take = order if rows is None else np.asarray(rows)[order]
+    a = np.take(np.take(gram, take, axis=0), take, axis=1)  # (R, R) A = K + αI in fold order (faster than ix_)
+    a[np.diag_indices(n)] += alpha
+    chol = _cholesky(a)  # (R, R) lower L
+    z, means, active = np.zeros((n, n_folds + 1)), np.zeros(n_folds), []  # (R, F + 1) centred targets, 0 on fold f
+    for f in range(n_folds):
+        tr = fold != f
+        if bounds[f] == bounds[f + 1] or tr.sum() < 2:
+            continue
+        t = np.asarray(target(tr), np.float64)
+        means[f] = float(np.mean(t))
+        z[position[tr], f] = t - means[f]
+        active.append(f)
+    y = np.asarray(target(np.ones(n, bool)), np.float64)
+    mean = float(np.mean(y))
+    z[:, n_folds] = (y - mean)[order]  # the full fit's targets
+    hz = cho_solve((chol, True), z, check_finite=False)  # (R, F + 1) H z; its last column is the full fit's dual
+    out = np.zeros(n)  # (R,) in fold order
+    for f in active:
+        lo, hi = bounds[f], bounds[f + 1]
+        l_tt = chol[lo:hi, lo:hi]
+        w = l_tt.T @ hz[lo:hi, f]  # (|T|,)
+        if hi < n:  # M = L_QQ⁻¹ L_QT, (|Q|, |T|)
+            m = blas.dtrsm(1.0, np.asfortranarray(chol[hi:, hi:]), np.asfortranarray(chol[hi:, lo:hi]), lower=1)
+            w = cho_solve(cho_factor(np.eye(hi - lo) + m.T @ m, lower=True, check_finite=False), w, check_finite=False)
+        out[lo:hi] = means[f] - l_tt @ w  # t̄ − (H_TT)⁻¹ (H z)_T
+    return out[position], mean, hz[position, n_folds]
+
+
+def _cholesky(a: FloatArray) -> FloatArray:
+    """Lower Cholesky factor of the symmetric positive definite ``a`` (overwritten), F-ordered."""
+    from scipy.linalg import lapack  # noqa: PLC0415
+
+    chol, info = lapack.dpotrf(a.T, lower=1, clean=1, overwrite_a=1)  # a.T: the same symmetric matrix, F-ordered
+    if info != 0:
+        raise ValueError(f"kernel ridge: K + alpha*I is not positive definite (LAPACK dpotrf info {info})")
+    return chol
 
 
 def cross_val_fit(
@@ -336,5 +413,6 @@ __all__ = [
     "TabPFNHead",
     "check_tabpfn_checkpoint",
     "cross_val_fit",
+    "kernel_ridge_cross_val",
     "rbf_gram",
 ]

@@ -12,13 +12,14 @@ a held-out prompt is hidden from every policy's pool.
 
 Deviations from V0: the head is refitted on CPU from cached embeddings; the official adapter+TabPFN stack runs only
 when its checkpoints are local (``v0_checkpoint``). Buffers smaller than ``min_context`` fall back to the running
-mean with a logged warning.
+mean with a logged warning. ``combined``'s kernel-ridge refits keep the kernel entries of prompts still in the
+buffers (:mod:`v05.priors.kernel_cache`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,7 +28,8 @@ from v05._types import FloatArray
 from v05.priors.backends import make_backend
 from v05.priors.embeddings import Embedder
 from v05.priors.head_registry import make_head
-from v05.priors.heads import Head, cross_val_fit
+from v05.priors.heads import Head, KernelRidgeHead, cross_val_fit, kernel_ridge_cross_val
+from v05.priors.kernel_cache import RBFKernelCache
 from v05.priors.providers import BaseProvider, CalibrationRows
 
 log = logging.getLogger(__name__)
@@ -261,13 +263,18 @@ class ProbeProvider(V0Provider):
 
 @dataclass(slots=True)
 class _CombinedFit:
-    """A fitted residual model: one head per feature set, their stacking weights β, and the CV rows."""
+    """A fitted residual model: a predictor (texts → residual) per feature set, their stacking weights β, the CV rows.
+
+    ``caches`` are the kernel caches its kernel-ridge heads were fitted from; the next refit of the same buffers
+    refreshes and reuses them (empty for other heads).
+    """
 
     key: tuple[int, ...]
-    heads: list[Head]
+    predictors: list[Callable[[list[str]], FloatArray]]
     beta: FloatArray
     rows: CalibrationRows
     masks: dict[str, np.ndarray]
+    caches: list[RBFKernelCache]
 
 
 @dataclass(kw_only=True)
@@ -277,6 +284,14 @@ class CombinedProvider(EmbeddingProvider):
     The residual model stacks one head per feature set (``backend`` plus each of ``stack``):
     r(x) = Σ_j β_j·head_j(x), β ≥ 0 by non-negative least squares of the out-of-fold residuals (on V0 data
     MiniLM + TF-IDF cut the pooled context CV MSE 0.457 → 0.449 against either alone).
+
+    Every update refits the heads and their 5-fold CV on the whole pool. With the ``krr`` head (and features that do
+    not change over time) the refit reuses what the last one computed: the kernel entries of prompts still in the
+    buffers and the kernel rows ``predict`` computed for the new ones (:class:`RBFKernelCache`), and the folds share
+    one Cholesky factor (:func:`kernel_ridge_cross_val`). The kernel is then the fixed-point one, exact in its inner
+    products, so a fit depends on the buffers only, never on the order of earlier refits (a restored provider
+    predicts bit for bit as the live one). Its predictions agree with a refit on ``rbf_gram``'s float32 kernel to
+    ~1e-6, the spread of that refit itself across BLAS builds and thread counts.
 
     Attributes:
         pool: fit the residual model on every policy's buffer (else on the predicted policy's only).
@@ -330,7 +345,6 @@ class CombinedProvider(EmbeddingProvider):
         who = np.concatenate([np.full(len(b), j) for j, b in enumerate(bufs)])  # (R,) buffer of each row
         y = np.concatenate([np.asarray(b.scores) for b in bufs])
         k = np.concatenate([np.asarray(b.counts) for b in bufs])
-        xs = [e.embed(texts) for e in self._embedders()]  # one (R, D_j) matrix per feature set
         fold = self._folds(np.array([i for b in bufs for i in b.ids]))
         m_oof = np.zeros(len(y))  # (R,)
 
@@ -342,16 +356,46 @@ class CombinedProvider(EmbeddingProvider):
             tr, te = fold != f, fold == f
             if te.any() and tr.sum() >= 2:
                 m_oof[te] = fold_means(tr)[who[te]]
-        residual = lambda rows: y[rows] - fold_means(rows)[who[rows]]  # noqa: E731 (targets of a row subset)
-        fitted = [cross_val_fit(self._new_head, x, fold, self.folds, residual) for x in xs]
+        targets: dict[bytes, FloatArray] = {}  # every feature set's CV asks for the same row subsets
+
+        def residual(rows: np.ndarray) -> FloatArray:  # targets of a row subset: y minus its buffer's mean
+            key = np.packbits(rows).tobytes()
+            if key not in targets:
+                targets[key] = y[rows] - fold_means(rows)[who[rows]]
+            return targets[key]
+
+        caches = self._caches(cached)
+        if caches:
+            fitted = [_fit_cached_ridge(c, texts, fold, self.folds, residual, self._new_head()) for c in caches]
+        else:
+            fitted = [self._fit_heads(e, texts, fold, residual) for e in self._embedders()]
         r_oof = np.stack([oof for oof, _ in fitted], axis=1)  # (R, J)
         beta = _stack_weights(r_oof, y - m_oof)
-        heads = [head for _, head in fitted]  # fitted on every row (residuals from the buffer means)
         r_stack = r_oof @ beta  # (R,)
         rows = CalibrationRows(m_oof, r_stack, np.clip(m_oof + r_stack, -1, 1), y, k)
-        fit = _CombinedFit(key, heads, beta, rows, {p: who == j for j, p in enumerate(names)})
+        masks = {p: who == j for j, p in enumerate(names)}
+        fit = _CombinedFit(key, [predict for _, predict in fitted], beta, rows, masks, caches)
         self.fits_[tuple(names)] = fit
         return fit
+
+    def _caches(self, previous: _CombinedFit | None) -> list[RBFKernelCache]:
+        """The kernel caches of a ``krr`` refit: the previous fit's, else new ones.
+
+        Empty (refit from scratch) for other heads and for features that change over time (volatile backends).
+        """
+        head, embedders = self._new_head(), self._embedders()
+        if not isinstance(head, KernelRidgeHead) or any(getattr(e.backend, "volatile", False) for e in embedders):
+            return []
+        if previous is not None and [c.embed for c in previous.caches] == [e.embed for e in embedders]:
+            return previous.caches
+        return [RBFKernelCache(gamma=head.gamma, embed=e.embed) for e in embedders]
+
+    def _fit_heads(
+        self, emb: Embedder, texts: list[str], fold: np.ndarray, residual: Callable[[np.ndarray], FloatArray]
+    ) -> tuple[FloatArray, Callable[[list[str]], FloatArray]]:
+        """Out-of-fold residuals and a predictor of one feature set's head, refitted from scratch."""
+        oof, head = cross_val_fit(self._new_head, emb.embed(texts), fold, self.folds, residual)
+        return oof, lambda query: head.predict(emb.embed(query))
 
     def _parts(self, ids: list[str], texts: list[str], policy: str) -> tuple[FloatArray, FloatArray]:
         buf = self.buffers_.get(policy)
@@ -365,9 +409,9 @@ class CombinedProvider(EmbeddingProvider):
             )
             return np.full(len(ids), m), np.zeros(len(ids))
         r = np.zeros(len(ids))
-        for head, b, emb in zip(fit.heads, fit.beta, self._embedders(), strict=True):
+        for predict, b in zip(fit.predictors, fit.beta, strict=True):
             if b > 0:
-                r += b * head.predict(emb.embed(texts))
+                r += b * predict(texts)
         return np.full(len(ids), m), r
 
     def _cv_rows(self, policy: str) -> CalibrationRows:
@@ -388,6 +432,24 @@ class CombinedProvider(EmbeddingProvider):
             for name, b in zip((self.backend, *self.stack), fit.beta, strict=True):
                 out[f"prior/stack_weight/{name}"] = float(b)
         return out
+
+
+def _fit_cached_ridge(
+    cache: RBFKernelCache,
+    texts: list[str],
+    fold: np.ndarray,
+    n_folds: int,
+    residual: Callable[[np.ndarray], FloatArray],
+    head: KernelRidgeHead,
+) -> tuple[FloatArray, Callable[[list[str]], FloatArray]]:
+    """Out-of-fold residuals (R,) and a predictor ȳ + k(x, X)·dual of a kernel ridge on the rows ``texts``.
+
+    ``cache`` is refreshed to hold ``texts``; the predictor reads it, so it is valid until the next refresh (the
+    next refit of the same buffers, which replaces the fit holding the predictor).
+    """
+    slots = cache.refresh(texts)  # (R,)
+    oof, mean, dual = kernel_ridge_cross_val(cache.gram_, fold, n_folds, residual, alpha=head.alpha, rows=slots)
+    return oof, lambda query: mean + cache.cross(query, slots) @ dual
 
 
 def _stack_weights(r_oof: FloatArray, target: FloatArray) -> FloatArray:

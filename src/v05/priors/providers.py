@@ -31,6 +31,8 @@ DEFAULT_N0 = 1.0
 """Pseudo-count assumed before anything was measured (≈ the worth of a policy mean on V0 data)."""
 PENDING_LIMIT = 65536
 """Predictions kept while waiting for their outcomes (older ones are dropped)."""
+MAX_COUNT = 2.0**53
+"""Largest rollout count ``update`` accepts: the largest integer a float64 holds exactly (sums stay finite)."""
 DEFAULT_SIGMA2 = 0.8
 """E[1 − μ²] assumed before anything was measured (V0 context: 0.80)."""
 
@@ -111,9 +113,8 @@ class BaseProvider:
     def predict(self, prompt_ids: Sequence[str], texts: Sequence[str], *, policy: str = "default") -> PriorPrediction:
         """Predict scores of ``prompt_ids`` under ``policy`` (see the module docstring for the composition)."""
         ids = _ids(prompt_ids)
-        if len(texts) != len(ids):
-            raise ValueError(f"length mismatch (prompt_ids: {len(ids)}, texts: {len(texts)})")
-        m, r = self._parts(ids, list(texts), policy)
+        texts = _texts(texts, len(ids))
+        m, r = self._parts(ids, texts, policy)
         rows = self._calibration_rows(policy)
         w = self.residual_weight(policy)
         base = np.clip(m + w * r, -1.0, 1.0)
@@ -143,7 +144,10 @@ class BaseProvider:
         hit = [i for i, pid in enumerate(ids) if (policy, pid) in self.pending_]
         if not hit:
             return
-        parts = np.array([self.pending_.pop((policy, ids[i])) for i in hit])  # (H, 3): m, r, final
+        # a prompt listed twice (two groups of it this step) meets its one prediction twice: read, then drop
+        parts = np.array([self.pending_[(policy, ids[i])] for i in hit])  # (H, 3): m, r, final
+        for i in hit:
+            self.pending_.pop((policy, ids[i]), None)
         new = CalibrationRows(parts[:, 0], parts[:, 1], parts[:, 2], scores[hit], counts[hit])
         self.online_ = self.online_.append(new, self.window)
 
@@ -159,8 +163,7 @@ class BaseProvider:
     ) -> None:
         """Record one step's group means (±1) and rollout counts: calibrate, then learn (means, history, buffers)."""
         ids = _ids(prompt_ids)
-        if len(texts) != len(ids):
-            raise ValueError(f"length mismatch (prompt_ids: {len(ids)}, texts: {len(texts)})")
+        texts = _texts(texts, len(ids))
         scores, counts = _outcomes(ids, scores, counts)
         self.record(ids, scores, counts, policy=policy)
         self.step_ = self.step_ + 1 if step is None else int(step)
@@ -266,18 +269,42 @@ class BaseProvider:
 
 
 def _ids(prompt_ids: Sequence[str]) -> list[str]:
+    """Prompt keys as strings; a non-sequence (None, a number, one string) or a nested array is a ValueError."""
+    if isinstance(prompt_ids, str | bytes) or not isinstance(prompt_ids, Sequence | np.ndarray):
+        raise ValueError(f"prompt_ids must be a sequence of prompt keys, got {type(prompt_ids).__name__}")
+    if isinstance(prompt_ids, np.ndarray) and prompt_ids.ndim != 1:
+        raise ValueError(f"prompt_ids must be 1-D, got shape {prompt_ids.shape}")
     return [str(p) for p in prompt_ids]
 
 
+def _texts(texts: Sequence[str], n: int) -> list[str]:
+    """Prompt texts as a list of n strings (ValueError otherwise)."""
+    if isinstance(texts, str | bytes) or not isinstance(texts, Sequence | np.ndarray):
+        raise ValueError(f"texts must be a sequence of prompt texts, got {type(texts).__name__}")
+    if len(texts) != n:
+        raise ValueError(f"length mismatch (prompt_ids: {n}, texts: {len(texts)})")
+    bad = [t for t in texts if not isinstance(t, str)]
+    if bad:
+        raise ValueError(f"texts must be strings, got {type(bad[0]).__name__} {bad[0]!r}")
+    return list(texts)
+
+
 def _outcomes(ids: list[str], scores: FloatArray, counts: FloatArray) -> tuple[FloatArray, FloatArray]:
-    s = np.asarray(scores, np.float64).reshape(-1)
-    k = np.broadcast_to(np.asarray(counts, np.float64), s.shape).copy()
+    try:
+        s = np.asarray(scores, np.float64).reshape(-1)
+        k = np.broadcast_to(np.asarray(counts, np.float64), s.shape).copy()
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError(
+            f"scores must be (G,) numbers and counts a number or (G,) numbers, got {scores!r} and {counts!r}"
+        ) from None
     if len(s) != len(ids):
         raise ValueError(f"length mismatch (prompt_ids: {len(ids)}, scores: {len(s)})")
     if not np.all(np.isfinite(s)) or np.any(np.abs(s) > 1):
         raise ValueError("scores must be finite group means in [-1, 1] (±1 reward space)")
-    if np.any(k < 1):
-        raise ValueError(f"counts must be >= 1 rollouts, got min {k.min()}")
+    # NaN passed `k < 1` and made τ² and n0 NaN; counts near 1e308 overflowed the running sums to inf/inf
+    ok = np.isfinite(k) & (k >= 1) & (k <= MAX_COUNT)
+    if not ok.all():
+        raise ValueError(f"counts must be rollout counts in [1, 2**53], got {k[~ok][:3]}")
     return s, k
 
 
