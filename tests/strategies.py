@@ -25,118 +25,109 @@ def ragged_batches(draw, *, min_groups=1, max_groups=8, min_size=1, max_size=9, 
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Malformed inputs for the fuzz tests (tests/fuzz/): every strategy below mixes valid values with broken ones.
+# Malformed inputs for the fuzz tests (tests/fuzz/): valid values mixed with broken ones. Thousands of cases must stay
+# cheap, so a strategy draws only a few *choices* (which mutation, which kind) and a seed; the arrays and the option
+# values are then built by numpy from that seed (``messy_*`` helpers). Strategies are module-level constants.
 
 BAD_FLOATS = (float("nan"), float("inf"), -float("inf"), 1e308, -1e308, 5e-324, -5e-324, 0.0, -0.0, 1e-300)
 """Floats that break naive arithmetic: NaN, ±inf, the largest and smallest doubles, signed zeros."""
 
-UNICODE_TEXT = st.text(
-    alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=0, max_size=12
-)
+JUNK_VALUES = (None, True, False, "", "1.0", "nan", "é😀", [], {}, [[1.0, 2.0], [3.0]], b"\x00\xff", 1j, object(),
+               (1, 2), {"a": 1}, 2**70, -(2**70), 2**2000)  # fmt: skip
+"""Values of the wrong type for any parameter: None, bools, strings, containers, ragged lists, objects, huge ints."""
+
+OPTION_POOLS: dict[str, tuple[object, ...]] = {
+    "float": (1e-3, 0.5, 1.0, 2.0, 7.5, 100.0, 1e6, 1e300, 1.7e308, 5e-324, 1e-300, 0.0, -1.0, 2**64),
+    "int": (0, 1, 2, 3, 4, 8, 16, 64, -1, 2**31, 2**62, 2**63, 2**64 + 1, -(2**63) - 1, 1.5, 4.0),
+    "prob": (0.0, 0.01, 0.3, 0.5, 0.7, 0.99, 1.0, 1e-300, 1 - 1e-16, -0.1, 1.1),
+    "bool": (True, False, True, False, 0, 1, "yes"),
+}
+"""kind → option values: in range, at the edges, just outside."""
+
+SEEDS = st.integers(0, 2**32 - 1)
+UNICODE_TEXT = st.text(alphabet=st.characters(codec="utf-8"), max_size=10)
 """Any UTF-8-encodable text: emoji, combining marks, RTL, NUL, control characters, the empty string."""
+SURROGATE_TEXT = st.text(alphabet=st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF), min_size=1, max_size=2)
+"""Lone surrogates: valid in a Python str and in JSON (``"\\ud800"``), not encodable as UTF-8."""
+TEXT_SAMPLES = ("", " ", "é", "a\u0301", "😀", "\u202eevil", "\x00", "日本語", "\ufeffbom", "tab\tnew\nline", "ß" * 40)
+"""Fixed awkward strings for rng-built keys and texts."""
 
 
-def any_floats(*, lo: float | None = None, hi: float | None = None) -> st.SearchStrategy[float]:
-    """A float, usually in [lo, hi] when given, often one of ``BAD_FLOATS`` or an arbitrary double."""
-    parts = [st.sampled_from(BAD_FLOATS), st.floats(allow_nan=True, allow_infinity=True)]
-    if lo is not None and hi is not None:
-        parts = [st.floats(lo, hi), st.sampled_from((lo, hi, lo - 1e-9, hi + 1e-9)), *parts]
-    return st.one_of(*parts)
+def pick(rng: np.random.Generator, pool) -> object:
+    """One element of ``pool`` (a sequence), uniformly."""
+    return pool[int(rng.integers(len(pool)))]
 
 
-def junk() -> st.SearchStrategy[object]:
-    """Values of the wrong type for any parameter: None, strings, bools, containers, objects."""
-    return st.one_of(
-        st.none(),
-        st.booleans(),
-        UNICODE_TEXT,
-        st.just([]),
-        st.just({}),
-        st.just([[1.0, 2.0], [3.0]]),  # ragged nested list
-        st.just(object()),
-        st.just(b"\x00\xff"),
-        st.just(1j),
-        st.integers(-(2**70), 2**70),
-    )
+def messy_option(rng: np.random.Generator, kind: str) -> object:
+    """An option value of ``kind`` (``OPTION_POOLS``): usually from its pool, sometimes a bad float or junk."""
+    u = rng.random()
+    if u < 0.7:
+        return pick(rng, OPTION_POOLS[kind])
+    if u < 0.85:
+        return pick(rng, BAD_FLOATS)
+    return pick(rng, JUNK_VALUES)
 
 
-def scalar_option(kind: str) -> st.SearchStrategy[object]:
-    """An option value for a scalar parameter of ``kind`` (``"float"``, ``"int"``, ``"prob"``, ``"bool"``).
-
-    Mostly in-range values (so the fuzzer reaches the arithmetic), with boundary values, non-finite numbers, huge
-    integers and wrong types mixed in.
-    """
-    if kind == "int":
-        good = st.one_of(st.integers(0, 64), st.sampled_from((-1, 0, 1, 2**31, 2**63, 2**64 + 1, -(2**63) - 1)))
-    elif kind == "prob":
-        good = st.one_of(st.floats(0.0, 1.0), st.sampled_from((0.0, 1.0, 1e-12, 1 - 1e-12)))
-    elif kind == "bool":
-        good = st.booleans()
-    else:
-        good = st.one_of(st.floats(1e-3, 100.0), st.floats(0.0, 1e308))
-    return st.one_of(good, good, good, any_floats(), junk())
+FLOAT_MUTATIONS = ("list", "float32", "int", "bool", "object", "str", "bad_value", "out_of_range", "2d", "scalar",
+                   "empty", "short", "long", "complex", "none_entry", "huge_int", "junk")  # fmt: skip
 
 
-@st.composite
-def float_arrays(draw, n: int, *, lo: float = -1.0, hi: float = 1.0):
-    """(n,) values in [lo, hi] as a list, an array of some dtype, or broken (non-finite, out of range, wrong shape)."""
-    base = np.array(draw(st.lists(st.floats(lo, hi), min_size=n, max_size=n)), dtype=np.float64)
-    mutation = draw(
-        st.sampled_from(
-            ("none", "none", "none", "list", "float32", "int", "bool", "object", "str", "bad_value", "out_of_range",
-             "2d", "scalar", "empty", "short", "long", "complex", "none_entry", "junk")
-        )
-    )  # fmt: skip
+def mutate_floats(values: np.ndarray, mutation: str, rng: np.random.Generator, *, lo: float, hi: float) -> object:
+    """``values`` (n,) in [lo, hi], broken as ``mutation`` says (one of ``FLOAT_MUTATIONS``, or ``"none"``)."""
+    n = len(values)
+    out = values.copy()
     if mutation == "none":
-        return base
+        return out
     if mutation == "list":
-        return base.tolist()
+        return out.tolist()
     if mutation == "float32":
-        return base.astype(np.float32)
+        return out.astype(np.float32)
     if mutation == "int":
-        return np.rint(base).astype(np.int64)
+        return np.rint(out).astype(np.int64)
     if mutation == "bool":
-        return base > (lo + hi) / 2
+        return out > (lo + hi) / 2
     if mutation == "object":
-        return base.astype(object)
+        return out.astype(object)
     if mutation == "str":
-        return base.astype(str)
-    if mutation in ("bad_value", "out_of_range") and n:
-        out = base.copy()
-        i = draw(st.integers(0, n - 1))
-        out[i] = draw(st.sampled_from(BAD_FLOATS)) if mutation == "bad_value" else draw(
-            st.sampled_from((hi + 1e-9, lo - 1e-9, hi + 1.0, lo - 1.0, 2.0 * hi + 3.0))
-        )
+        return out.astype(str)
+    if mutation == "bad_value" and n:
+        out[rng.integers(n)] = pick(rng, BAD_FLOATS)
+        return out
+    if mutation == "out_of_range" and n:
+        out[rng.integers(n)] = pick(rng, (hi + 1e-9, lo - 1e-9, hi + 1.0, lo - 1.0, 2.0 * hi + 3.0))
         return out
     if mutation == "2d":
-        return base.reshape(1, -1) if draw(st.booleans()) else base[:, None]
+        return out.reshape(1, -1) if rng.random() < 0.5 else out[:, None]
     if mutation == "scalar":
-        return float(base[0]) if n else 0.5
+        return float(out[0]) if n else 0.5
     if mutation == "empty":
         return np.zeros(0)
     if mutation == "short":
-        return base[:-1]
+        return out[:-1]
     if mutation == "long":
-        return np.concatenate([base, base[:1] if n else [0.0]])
+        return np.concatenate([out, out[:1] if n else [0.0]])
     if mutation == "complex":
-        return base.astype(np.complex128)
+        return out.astype(np.complex128) + 1j
     if mutation == "none_entry":
-        return [*base.tolist()[:-1], None] if n else [None]
-    return draw(junk())
+        return [*out.tolist()[:-1], None]
+    if mutation == "huge_int":
+        return [*out.tolist()[:-1], 2**2000]
+    return pick(rng, JUNK_VALUES)
 
 
-@st.composite
-def group_ids(draw, group: np.ndarray):
-    """A group id array: the valid one, or broken (negative, gaps, float, 2-D, strings, wrong length, huge ids)."""
-    mutation = draw(
-        st.sampled_from(
-            ("none", "none", "none", "list", "float", "fractional", "negative", "gap", "huge", "str", "2d", "short",
-             "nan", "bool", "uint8", "junk", "object")
-        )
-    )  # fmt: skip
-    g = np.asarray(group, np.int64)
-    if mutation == "none":
-        return g
+def messy_floats(rng: np.random.Generator, n: int, *, lo: float = -1.0, hi: float = 1.0, p_bad: float = 0.35):
+    """(n,) values in [lo, hi] (often at the ends), broken with probability ``p_bad`` (see :func:`mutate_floats`)."""
+    values = rng.uniform(lo, hi, n) if rng.random() < 0.7 else rng.choice([lo, hi], n)
+    return mutate_floats(values, pick(rng, FLOAT_MUTATIONS) if rng.random() < p_bad else "none", rng, lo=lo, hi=hi)
+
+
+GROUP_MUTATIONS = ("list", "float", "fractional", "negative", "gap", "huge", "str", "2d", "short", "nan", "bool",
+                   "uint8", "object", "junk")  # fmt: skip
+
+
+def mutate_group(group: np.ndarray, mutation: str, rng: np.random.Generator) -> object:
+    """A group id array broken as ``mutation`` says (one of ``GROUP_MUTATIONS``)."""
+    g = np.asarray(group, np.int64).copy()
     if mutation == "list":
         return g.tolist()
     if mutation == "float":
@@ -148,9 +139,8 @@ def group_ids(draw, group: np.ndarray):
     if mutation == "gap":
         return g * 2 + 1
     if mutation == "huge":
-        out = g.copy()
-        out[draw(st.integers(0, len(g) - 1))] = draw(st.sampled_from((10**6, 2**40, 2**62)))
-        return out
+        g[rng.integers(len(g))] = pick(rng, (10**6, 2**40, 2**62, 2**63 - 1))
+        return g
     if mutation == "str":
         return g.astype(str)
     if mutation == "2d":
@@ -159,7 +149,7 @@ def group_ids(draw, group: np.ndarray):
         return g[:-1]
     if mutation == "nan":
         out = g.astype(np.float64)
-        out[0] = np.nan
+        out[rng.integers(len(g))] = np.nan
         return out
     if mutation == "bool":
         return g > 0
@@ -167,88 +157,84 @@ def group_ids(draw, group: np.ndarray):
         return g.astype(np.uint8)
     if mutation == "object":
         return g.astype(object)
-    return draw(junk())
+    return pick(rng, JUNK_VALUES)
+
+
+def ragged_arrays(rng: np.random.Generator, *, max_groups: int = 6, max_size: int = 6, lo: float = -1.0):
+    """A shuffled ragged batch ``(rewards (N,), group (N,), prior (G,))``, binary or graded; singleton and all-equal
+    groups and priors at the ends of the range are common."""
+    n_groups = int(rng.integers(1, max_groups + 1))
+    sizes = rng.integers(1, max_size + 1, n_groups)
+    sizes[rng.random(n_groups) < 0.25] = 1  # singleton groups
+    group = rng.permutation(np.repeat(np.arange(n_groups), sizes))
+    if rng.random() < 0.6:
+        rewards = np.where(rng.random(len(group)) < rng.random(), 1.0, lo)
+    else:
+        rewards = rng.uniform(lo, 1.0, len(group))
+    constant = (rng.random(n_groups) < 0.3)[group]  # all-equal groups
+    rewards = np.where(constant, np.where(rng.random(n_groups) < 0.5, 1.0, lo)[group], rewards)
+    prior = rng.uniform(lo, 1.0, n_groups)
+    prior[rng.random(n_groups) < 0.2] = pick(rng, (lo, 1.0))
+    return rewards, group.astype(np.int64), prior
+
+
+@st.composite
+def valid_batches(draw, *, max_groups: int = 6, max_size: int = 6, reward_range: str | None = None):
+    """``(rewards, group, prior, reward_range)``: a valid ragged batch (binary or graded, singletons, all-equal)."""
+    reward_range = reward_range or draw(st.sampled_from(("pm1", "01")))
+    rng = np.random.default_rng(draw(SEEDS))
+    lo = 0.0 if reward_range == "01" else -1.0
+    return (*ragged_arrays(rng, max_groups=max_groups, max_size=max_size, lo=lo), reward_range)
+
+
+BATCH_MUTATIONS = ("none",) * 10 + tuple(f"rewards:{m}" for m in FLOAT_MUTATIONS) + tuple(
+    f"group:{m}" for m in GROUP_MUTATIONS) + ("range:0-1", "range:", "range:None", "range:1", "range:list")  # fmt: skip
+"""What :func:`messy_batches` breaks: nothing (a third of the cases), the rewards, the group ids or the range."""
+_BATCH_MUTATION = st.sampled_from(BATCH_MUTATIONS)
+_RANGE = st.sampled_from(("pm1", "01"))
+
+
+def messy_batch(rng: np.random.Generator, mutation: str, reward_range: str, *, max_groups: int = 6,
+                max_size: int = 6):  # fmt: skip
+    """``(rewards, group, n_groups, n_rollouts, reward_range)`` broken as ``mutation`` (``BATCH_MUTATIONS``) says."""
+    lo = 0.0 if reward_range == "01" else -1.0
+    rewards, group, _ = ragged_arrays(rng, max_groups=max_groups, max_size=max_size, lo=lo)
+    n_groups, n_rollouts = int(group.max()) + 1, len(group)
+    what, _, how = mutation.partition(":")
+    if what == "rewards":
+        rewards = mutate_floats(rewards, how, rng, lo=lo, hi=1.0)
+    elif what == "group":
+        group = mutate_group(group, how, rng)
+    elif what == "range":
+        reward_range = {"None": None, "1": 1, "list": ["pm1"]}.get(how, how)
+    return rewards, group, n_groups, n_rollouts, reward_range
 
 
 @st.composite
 def messy_batches(draw, *, max_groups: int = 6, max_size: int = 6):
-    """``(rewards, group, n_groups, n_rollouts, reward_range)``: a ragged batch (singletons and empty groups likely),
-    then, often, one malformed ingredient (see :func:`float_arrays` and :func:`group_ids`).
-
-    The batch is binary or graded; ``n_groups`` and ``n_rollouts`` describe the *intended* batch (the arrays may
-    disagree with them when mutated).
-    """
-    reward_range = draw(st.sampled_from(("pm1", "01", "pm1", "01", "0-1", "", None, 1)))
-    lo = 0.0 if reward_range == "01" else -1.0
-    rewards, group, _ = draw(
-        ragged_batches(min_groups=1, max_groups=max_groups, min_size=1, max_size=max_size,
-                       binary=draw(st.booleans()), reward_range="01" if lo == 0.0 else "pm1")
-    )  # fmt: skip
-    n_groups = int(group.max()) + 1
-    if draw(st.booleans()):
-        return rewards, group, n_groups, len(rewards), reward_range
-    if draw(st.booleans()):
-        r = draw(float_arrays(len(rewards), lo=lo, hi=1.0))
-        if not isinstance(r, list | np.ndarray) or len(np.shape(r)) != 1 or len(r) != len(rewards):
-            return r, group, n_groups, len(rewards), reward_range
-        rewards = r
-    return rewards, draw(group_ids(group)), n_groups, len(group), reward_range
+    """A ragged batch, valid in a third of the cases, else with one broken ingredient (see :func:`messy_batch`)."""
+    return messy_batch(np.random.default_rng(draw(SEEDS)), draw(_BATCH_MUTATION), draw(_RANGE),
+                       max_groups=max_groups, max_size=max_size)  # fmt: skip
 
 
-def registry_names(valid: tuple[str, ...] | list[str]) -> st.SearchStrategy[object]:
-    """A registered name, mostly, or a near miss (case, whitespace, unicode look-alike), empty, or not a string."""
+def registry_names(valid) -> st.SearchStrategy[object]:
+    """A registered name, mostly, or a near miss (case, whitespace, a zero-width space), unicode, or not a string."""
     names = list(valid)
     near = [n.upper() for n in names] + [f" {n}" for n in names] + [n + "\u200b" for n in names]
-    return st.one_of(
-        st.sampled_from(names), st.sampled_from(names), st.sampled_from(names), st.sampled_from(near),
-        UNICODE_TEXT, st.none(), st.integers(), st.just(["grpo"]),
-    )  # fmt: skip
+    return st.sampled_from(names * 6 + near + ["", "é😀", None, 0, ["grpo"]])
 
 
-JSON_SCALARS = st.one_of(
-    st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=True, allow_infinity=True), UNICODE_TEXT
-)
-JSON_VALUES = st.recursive(
-    JSON_SCALARS,
-    lambda children: st.lists(children, max_size=3) | st.dictionaries(UNICODE_TEXT, children, max_size=3),
-    max_leaves=6,
-)
-"""Any JSON value (NaN and ±Infinity included, as Python's json writes them), nested a little."""
+KEY_KINDS = ("int", "int", "str", "str", "dup", "mixed", "none", "nan", "2d", "short", "bytes", "float", "bool")
 
 
-@st.composite
-def jsonl_text(draw, rows: st.SearchStrategy[object]) -> str:
-    """JSON-lines text of some ``rows``, with broken lines mixed in (truncated, not JSON, blank, binary-ish)."""
-    import json
-
-    lines = []
-    for row in draw(st.lists(rows, min_size=0, max_size=6)):
-        kind = draw(st.sampled_from(("row", "row", "row", "row", "truncated", "garbage", "blank", "array", "nul")))
-        text = json.dumps(row, ensure_ascii=draw(st.booleans()))
-        if kind == "truncated":
-            text = text[: max(1, len(text) // 2)]
-        elif kind == "garbage":
-            text = draw(UNICODE_TEXT) + "{"
-        elif kind == "blank":
-            text = " \t"
-        elif kind == "array":
-            text = json.dumps([row])
-        elif kind == "nul":
-            text = "\x00" + text
-        lines.append(text)
-    return "\n".join(lines) + draw(st.sampled_from(("\n", "", "\r\n")))
-
-
-@st.composite
-def prompt_keys(draw, n: int):
-    """(n,) stable prompt keys: ints, unicode strings, or broken (duplicates, mixed types, None, NaN, 2-D, short)."""
-    kind = draw(
-        st.sampled_from(("int", "int", "str", "str", "dup", "mixed", "none", "nan", "2d", "short", "bytes", "float"))
-    )
+def messy_keys(rng: np.random.Generator, n: int, kind: str | None = None) -> object:
+    """(n,) stable prompt keys of ``kind`` (``KEY_KINDS``; drawn when None): ints or unicode strings, or broken
+    (duplicates, mixed ints and strings, None, NaN, 2-D, too short, bytes, floats, bools)."""
+    kind = kind or pick(rng, KEY_KINDS)
     if kind == "int":
-        return np.asarray(draw(st.lists(st.integers(-(2**62), 2**62), min_size=n, max_size=n, unique=True)), np.int64)
+        return rng.choice(2**62, size=n, replace=False).astype(np.int64) - 2**61
     if kind == "str":
-        return draw(st.lists(UNICODE_TEXT, min_size=n, max_size=n, unique=True))
+        return [f"{pick(rng, TEXT_SAMPLES)}{i}" for i in range(n)]
     if kind == "dup":
         return ["k"] * n
     if kind == "mixed":
@@ -263,4 +249,45 @@ def prompt_keys(draw, n: int):
         return list(range(n - 1))
     if kind == "bytes":
         return [f"b{i}".encode() for i in range(n)]
+    if kind == "bool":
+        return [bool(i % 2) for i in range(n)]
     return [i + 0.5 for i in range(n)]
+
+
+JSON_SCALARS = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=True, allow_infinity=True),
+    UNICODE_TEXT, SURROGATE_TEXT,
+)  # fmt: skip
+JSON_VALUES = st.recursive(
+    JSON_SCALARS,
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(UNICODE_TEXT, children, max_size=3),
+    max_leaves=5,
+)
+"""Any JSON value (NaN and ±Infinity included, as Python's json writes them; lone surrogates), nested a little."""
+
+LINE_KINDS = ("truncated", "garbage", "blank", "array", "nul", "bom")
+
+
+def jsonl_text(rng: np.random.Generator, rows: list[object], *, p_bad: float = 0.2) -> str:
+    """JSON-lines text of ``rows``, each line broken with probability ``p_bad`` (truncated, not JSON, blank, a NUL,
+    a BOM, wrapped in a list)."""
+    import json
+
+    lines = []
+    for row in rows:
+        kind = pick(rng, LINE_KINDS) if rng.random() < p_bad else "row"
+        text = json.dumps(row, ensure_ascii=bool(rng.random() < 0.5))
+        if kind == "truncated":
+            text = text[: max(1, len(text) // 2)]
+        elif kind == "garbage":
+            text = pick(rng, TEXT_SAMPLES) + "{"
+        elif kind == "blank":
+            text = " \t"
+        elif kind == "array":
+            text = json.dumps([row])
+        elif kind == "nul":
+            text = "\x00" + text
+        elif kind == "bom":
+            text = "\ufeff" + text
+        lines.append(text)
+    return "\n".join(lines) + pick(rng, ("\n", "", "\r\n"))

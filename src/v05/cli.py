@@ -1,8 +1,9 @@
 """The ``v05`` command line: thin argv → config → library function → exit code.
 
 Each subcommand lives beside the library code it drives and exposes ``register(subparsers)``, which adds its
-parser and sets ``func(args) -> int``. Bad input (``ValueError``, missing files) becomes a one-line error on stderr
-and exit code 2, never a traceback; so does a missing optional dependency, named with the extra that installs it.
+parser and sets ``func(args) -> int``. Bad input (``ValueError``, ``OSError``: missing files, a path of the wrong
+kind) becomes a one-line error on stderr and exit code 2, never a traceback; so does a missing optional dependency,
+named with the extra that installs it.
 """
 
 from __future__ import annotations
@@ -49,6 +50,12 @@ def missing_dependency_message(err: ModuleNotFoundError) -> str:
     return f"missing optional dependency {top!r}: {hint}{pin}"
 
 
+def _one_line(err: BaseException) -> str:
+    """The error's message on one line (a message that spans lines keeps its first line)."""
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+    return lines[0] if lines else type(err).__name__
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser with every subcommand registered."""
     parser = argparse.ArgumentParser(
@@ -78,8 +85,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         return int(args.func(args) or 0)
-    except (ValueError, FileNotFoundError) as err:
-        print(f"v05 {args.command}: error: {err}", file=sys.stderr)  # the CLI's one user-facing line
+    except (ValueError, OSError) as err:  # OSError: a missing file, --out naming a file, --json a directory ...
+        print(f"v05 {args.command}: error: {_one_line(err)}", file=sys.stderr)  # the CLI's one user-facing line
         return 2
     except ModuleNotFoundError as err:
         if (err.name or "").split(".")[0] not in EXTRAS:

@@ -14,13 +14,16 @@ from hypothesis import strategies as st
 from tests.fuzz._contract import call, fuzz_settings, tick
 from tests.strategies import (
     BAD_FLOATS,
-    float_arrays,
-    junk,
-    messy_batches,
-    prompt_keys,
-    ragged_batches,
+    BATCH_MUTATIONS,
+    JUNK_VALUES,
+    SEEDS,
+    messy_batch,
+    messy_floats,
+    messy_keys,
+    messy_option,
+    pick,
+    ragged_arrays,
     registry_names,
-    scalar_option,
 )
 from v05.advantages import SCALES
 from v05.estimators import cross_rollout_targets
@@ -30,208 +33,231 @@ from v05.registry import ESTIMATORS, compute_advantages, estimate
 
 pytestmark = pytest.mark.fuzz
 
-def option_values(name: str, n_groups: int, n_rollouts: int) -> st.SearchStrategy[object]:
-    """A value for the estimator option ``name``: valid, extreme or of the wrong type."""
-    per_group = float_arrays(n_groups)
-    if name == "scale":
-        return st.sampled_from((*SCALES, *SCALES, "bogus", "", None, 3))
-    if name in ("eps", "tau2", "tau2_floor", "alpha0", "beta0"):
-        return st.one_of(st.none(), scalar_option("float"))
-    if name in ("lambda_", "guard_level"):
-        return st.one_of(st.none(), scalar_option("prob"))
-    if name == "decay":
-        return st.sampled_from(("visit", "step", "bogus", None))
-    if name in ("step", "min_groups"):
-        return st.one_of(st.none(), scalar_option("int"))
-    if name in ("include_current", "loo"):
-        return scalar_option("bool")
-    if name == "noise":
-        return st.sampled_from(("bound", "plugin", "gauss"))
-    if name == "switch":
-        return st.sampled_from(("smooth", "hard", "soft"))
-    if name == "n0":
-        return st.one_of(st.none(), scalar_option("float"), float_arrays(n_groups, lo=0.0, hi=50.0))
-    if name == "state":
-        return st.one_of(st.none(), st.none(), junk())
-    if name == "mu":
-        return st.one_of(per_group, float_arrays(n_rollouts))
-    if name == "values":
-        return float_arrays(n_rollouts)
-    if name == "prompt_ids":
-        return st.one_of(prompt_keys(n_groups), st.none())
-    return junk()
+OPTION_KIND = {
+    "eps": "float", "tau2": "float", "tau2_floor": "float", "alpha0": "float", "beta0": "float", "n0": "float",
+    "lambda_": "prob", "guard_level": "prob", "step": "int", "min_groups": "int", "include_current": "bool",
+    "loo": "bool",
+}  # fmt: skip
+CHOICES = {
+    "scale": (*SCALES, *SCALES, "bogus", "", None, 3, ["none"]),
+    "decay": ("visit", "step", "bogus", None),
+    "noise": ("bound", "plugin", "gauss"),
+    "switch": ("smooth", "hard", "soft"),
+}
 
 
-@st.composite
-def estimator_calls(draw):
-    """(name, rewards, group, prior, reward_range, options) for ``estimate``."""
-    name = draw(registry_names(tuple(ESTIMATORS)))
-    rewards, group, n_groups, n_rollouts, reward_range = draw(messy_batches())
-    spec = ESTIMATORS.get(name) if isinstance(name, str) else None
-    prior = None
-    if spec is None or spec.uses_prior or draw(st.integers(0, 9)) == 0:
-        prior = draw(st.one_of(float_arrays(n_groups), float_arrays(n_rollouts), st.none()))
-    options: dict[str, object] = {}
-    names = spec.options if spec is not None else ()
-    required = {"mu", "values", "prompt_ids"}
-    for option in names:
-        if option in required and draw(st.integers(0, 9)) > 0 or draw(st.booleans()):
-            options[option] = draw(option_values(option, n_groups, n_rollouts))
-    if draw(st.integers(0, 19)) == 0:
-        options[draw(st.sampled_from(("k", "kappa", "Scale", "prior_g")))] = 1.0
-    return name, rewards, group, prior, reward_range, options
-
-
-@fuzz_settings(2500)
-@given(estimator_calls())
-def test_estimate_raises_only_valueerror_and_never_returns_nan(call_args):
-    """Any estimator name, batch, prior and options: a ValueError, or an Estimate whose floats are all finite."""
-    tick(__name__)
-    name, rewards, group, prior, reward_range, options = call_args
-    call(estimate, name, rewards, group, prior=prior, reward_range=reward_range, **options)
-
-
-EXTREME = st.sampled_from((5e-324, 1e-300, 1e-12, 1e-6, 0.5, 1.0, 1e6, 1e300, 1.7e308))
-
-
-@st.composite
-def valid_calls(draw):
-    """A valid ragged batch (singletons, all-equal groups likely) and valid-but-extreme options for one estimator."""
-    reward_range = draw(st.sampled_from(("pm1", "01")))
-    rewards, group, prior = draw(
-        ragged_batches(max_groups=6, max_size=6, binary=draw(st.booleans()), reward_range=reward_range)
-    )
-    n_groups = int(group.max()) + 1
-    name = draw(st.sampled_from(tuple(ESTIMATORS)))
+def messy_options(rng: np.random.Generator, name: str, n_groups: int, n_rollouts: int) -> dict[str, object]:
+    """Some options of estimator ``name`` (required ones usually present) with messy values; sometimes an unknown."""
     spec = ESTIMATORS[name]
     options: dict[str, object] = {}
     for option in spec.options:
-        if option not in ("mu", "values", "prompt_ids") and draw(st.booleans()):
-            continue
-        if option == "scale":
-            options[option] = draw(st.sampled_from(SCALES))
-        elif option in ("eps", "tau2", "tau2_floor", "alpha0", "beta0"):
-            options[option] = draw(EXTREME)
-        elif option == "lambda_":
-            options[option] = draw(st.sampled_from((5e-324, 1e-300, 1e-6, 0.5, 1.0)))
-        elif option == "guard_level":
-            options[option] = draw(st.sampled_from((None, 1e-300, 0.01, 0.5, 1 - 1e-16)))
-        elif option == "n0":
-            options[option] = draw(st.one_of(EXTREME, st.just(0.0), st.lists(EXTREME, min_size=n_groups,
-                                                                             max_size=n_groups)))  # fmt: skip
-        elif option == "min_groups":
-            options[option] = draw(st.integers(0, 3))
-        elif option in ("loo", "include_current"):
-            options[option] = draw(st.booleans())
-        elif option == "noise":
-            options[option] = draw(st.sampled_from(("bound", "plugin")))
-        elif option == "switch":
-            options[option] = draw(st.sampled_from(("smooth", "hard")))
-        elif option == "decay":
-            options[option] = "step"
-            options["step"] = draw(st.integers(0, 2**40))
-        elif option == "mu":
+        required = option in ("mu", "values", "prompt_ids")
+        if rng.random() < (0.9 if required else 0.5):
+            if option in CHOICES:
+                options[option] = pick(rng, CHOICES[option])
+            elif option == "state":
+                options[option] = None if rng.random() < 0.7 else pick(rng, JUNK_VALUES)
+            elif option == "n0" and rng.random() < 0.4:
+                options[option] = messy_floats(rng, n_groups, lo=0.0, hi=50.0)
+            elif option in OPTION_KIND:
+                options[option] = None if rng.random() < 0.15 else messy_option(rng, OPTION_KIND[option])
+            elif option == "mu":
+                options[option] = messy_floats(rng, pick(rng, (n_groups, n_rollouts)))
+            elif option == "values":
+                options[option] = messy_floats(rng, n_rollouts)
+            elif option == "prompt_ids":
+                options[option] = messy_keys(rng, n_groups)
+    if rng.random() < 0.05:
+        options[pick(rng, ("k", "kappa", "Scale", "prior_g", "n0 "))] = 1.0
+    return options
+
+
+@fuzz_settings(2400)
+@given(registry_names(tuple(ESTIMATORS)), st.sampled_from(BATCH_MUTATIONS), st.sampled_from(("pm1", "01")), SEEDS)
+def test_estimate_raises_only_valueerror_and_never_returns_nan(name, mutation, reward_range, seed):
+    """Any estimator name, batch, prior and options: a ValueError, or an Estimate whose floats are all finite."""
+    tick(__name__)
+    rng = np.random.default_rng(seed)
+    rewards, group, n_groups, n_rollouts, reward_range = messy_batch(rng, mutation, reward_range)
+    spec = ESTIMATORS.get(name) if isinstance(name, str) else None
+    prior = None
+    if spec is None or spec.uses_prior or rng.random() < 0.1:
+        prior = None if rng.random() < 0.05 else messy_floats(rng, pick(rng, (n_groups, n_rollouts)), p_bad=0.2)
+    options = messy_options(rng, name, n_groups, n_rollouts) if spec is not None else {}
+    call(estimate, name, rewards, group, prior=prior, reward_range=reward_range, **options)
+
+
+EXTREME = (5e-324, 1e-300, 1e-12, 1e-6, 0.5, 1.0, 1e6, 1e300, 1.7e308)
+EXTREME_OPTIONS = {
+    "scale": SCALES, "eps": EXTREME, "tau2": EXTREME, "tau2_floor": EXTREME, "alpha0": EXTREME, "beta0": EXTREME,
+    "lambda_": (5e-324, 1e-300, 1e-6, 0.5, 1.0), "guard_level": (None, 1e-300, 0.01, 0.5, 1 - 1e-16),
+    "min_groups": (0, 1, 2, 3), "loo": (True, False), "include_current": (True, False),
+    "noise": ("bound", "plugin"), "switch": ("smooth", "hard"),
+}  # fmt: skip
+
+
+@fuzz_settings(1500)
+@given(st.sampled_from(tuple(ESTIMATORS)), st.sampled_from(("pm1", "01")), SEEDS)
+def test_valid_batches_with_extreme_options_stay_finite(name, reward_range, seed):
+    """Valid batches with valid-but-extreme options (eps = 5e-324, n0 = 1.7e308, tiny τ²): a ValueError or finite."""
+    tick(__name__)
+    rng = np.random.default_rng(seed)
+    rewards, group, prior = ragged_arrays(rng, lo=0.0 if reward_range == "01" else -1.0)
+    n_groups = len(prior)
+    options: dict[str, object] = {}
+    for option in ESTIMATORS[name].options:
+        if option == "mu":
             options[option] = prior
         elif option == "values":
             options[option] = prior[group]
         elif option == "prompt_ids":
             options[option] = np.arange(n_groups)
-    return name, rewards, group, prior if spec.uses_prior else None, reward_range, options
-
-
-@fuzz_settings(1500)
-@given(valid_calls())
-def test_valid_batches_with_extreme_options_stay_finite(call_args):
-    """Valid batches with valid-but-extreme options (eps = 5e-324, n0 = 1.7e308, tiny τ²): a ValueError or finite."""
-    tick(__name__)
-    name, rewards, group, prior, reward_range, options = call_args
+        elif rng.random() < 0.5:
+            continue
+        elif option == "n0":
+            options[option] = pick(rng, EXTREME) if rng.random() < 0.5 else rng.choice(EXTREME, n_groups)
+        elif option == "decay":
+            options[option], options["step"] = "step", int(pick(rng, (0, 1, 2**40, 2**62)))
+        elif option in EXTREME_OPTIONS:
+            options[option] = pick(rng, EXTREME_OPTIONS[option])
+    prior = prior if ESTIMATORS[name].uses_prior else None
     call(compute_advantages, name, rewards, group, prior=prior, reward_range=reward_range, **options)
 
 
+STEP_NUMBERS = (-5, -1, 0, 1, 2, 3, 10, 2**62, 2**63, 2**64, -(2**63) - 1, 1.5, None)
+
+
 @fuzz_settings(500)
-@given(
-    st.lists(ragged_batches(max_groups=4, max_size=5), min_size=1, max_size=3),
-    st.data(),
-)
-def test_dbb_over_steps_with_messy_prompt_keys(steps, data):
-    """dbb carried over steps with unicode / duplicated / mixed / None keys and any step numbers: ValueError or
-    finite, and the returned history is finite."""
+@given(st.integers(1, 3), st.sampled_from(("visit", "step")), st.sampled_from(("pm1", "01")), SEEDS)
+def test_dbb_over_steps_with_messy_prompt_keys(n_steps, decay, reward_range, seed):
+    """dbb carried over steps with unicode / duplicated / mixed / None / NaN keys and any step numbers: ValueError
+    or finite advantages and a finite history."""
     tick(__name__)
+    rng = np.random.default_rng(seed)
     state = None
-    options = {
-        "decay": data.draw(st.sampled_from(("visit", "step"))),
-        "lambda_": data.draw(st.sampled_from((0.7, 1.0, 1e-9))),
-        "include_current": data.draw(st.booleans()),
-    }
-    for rewards, group, _ in steps:
-        keys = data.draw(prompt_keys(int(group.max()) + 1))
-        step = data.draw(st.one_of(st.integers(-5, 10), st.sampled_from((2**62, 2**63, 2**64, -(2**63) - 1))))
-        out, err = call(estimate, "dbb", rewards, group, prompt_ids=keys, state=state, step=step, **options)
+    options = {"decay": decay, "lambda_": pick(rng, (0.7, 1.0, 1e-9)), "include_current": bool(rng.random() < 0.5)}
+    for _ in range(n_steps):
+        rewards, group, prior = ragged_arrays(rng, max_groups=4, max_size=5, lo=0.0 if reward_range == "01" else -1)
+        keys = messy_keys(rng, len(prior), "int" if rng.random() < 0.4 else None)
+        out, err = call(estimate, "dbb", rewards, group, prompt_ids=keys, state=state, step=pick(rng, STEP_NUMBERS),
+                        reward_range=reward_range, **options)  # fmt: skip
         if err is None:
             state = out.state
 
 
 @fuzz_settings(400)
-@given(
-    st.lists(ragged_batches(max_groups=5, max_size=5), min_size=1, max_size=4),
-    st.sampled_from((1, 2, 256)),
-    st.sampled_from((None, 1e-2, 1e-300, 5e-324)),
-    st.booleans(),
-    st.sampled_from((None, 0.01)),
-)
-def test_v05_eb_state_over_steps(steps, window, floor, loo, guard):
-    """v05_eb's PriorErrorState over steps (tiny windows, tiny τ² floors, the guard): ValueError or finite."""
+@given(st.integers(1, 4), st.sampled_from((1, 2, 256)), st.sampled_from((None, 1e-2, 1e-300, 5e-324)), SEEDS)
+def test_v05_eb_state_over_steps(n_steps, window, floor, seed):
+    """v05_eb's PriorErrorState over steps (tiny windows, tiny τ² floors, the guard, LOO): ValueError or finite."""
     tick(__name__)
+    rng = np.random.default_rng(seed)
     state = PriorErrorState(window=window)
-    options = {"loo": loo, "guard_level": guard, "min_groups": 1}
+    options = {"loo": bool(rng.random() < 0.5), "guard_level": pick(rng, (None, 0.01)), "min_groups": 1}
     if floor is not None:
         options["tau2_floor"] = floor
-    for rewards, group, prior in steps:
+    for _ in range(n_steps):
+        rewards, group, prior = ragged_arrays(rng, max_groups=5, max_size=5)
         out, err = call(estimate, "v05_eb", rewards, group, prior=prior, state=state, **options)
         if err is None:
             state = out.state
 
 
-@fuzz_settings(300)
+@fuzz_settings(200)
 @given(
-    st.sampled_from((float("nan"), float("inf"), -1.0, 1e308)),
-    st.sampled_from(("d2", "noise", "var")),
-    ragged_batches(max_groups=4, max_size=4),
+    st.sampled_from((float("nan"), float("inf"), -1.0, 1e308, 2.5, "x", None)),
+    st.sampled_from(("d2", "noise", "var", "count", "window")),
+    st.booleans(),
+    SEEDS,
 )
-def test_v05_eb_refuses_a_corrupt_state(bad, field, batch):
-    """A PriorErrorState holding NaN/inf/huge sums (e.g. restored from a corrupt checkpoint) is refused or harmless."""
+def test_v05_eb_refuses_a_corrupt_state(bad, field, via_dict, seed):
+    """A PriorErrorState holding NaN/inf/huge/negative sums (e.g. from a corrupt checkpoint) is refused with a
+    ValueError, or harmless (finite outputs)."""
     tick(__name__)
-    rewards, group, prior = batch
-    sums = {"d2": (1.0,), "noise": (0.5,), "var": (0.5,)}
-    sums[field] = (bad,)
-    try:
-        state = PriorErrorState(window=1, count=(20,), **sums)
-    except ValueError:
-        return
-    call(estimate, "v05_eb", rewards, group, prior=prior, state=state, min_groups=1)
+    rewards, group, prior = ragged_arrays(np.random.default_rng(seed), max_groups=4, max_size=4)
+    fields: dict[str, object] = {"window": 1, "d2": (1.0,), "noise": (0.5,), "var": (0.5,), "count": (20,)}
+    fields[field] = bad if field == "window" else (bad,)
+    state, err = call(PriorErrorState.from_dict, fields) if via_dict else call(PriorErrorState, **fields)
+    if err is None:
+        call(estimate, "v05_eb", rewards, group, prior=prior, state=state, min_groups=1)
 
 
-@fuzz_settings(600)
-@given(st.data())
-def test_cross_rollout_targets_and_group_index(data):
+UID_SAMPLES = ("a", "é", "😀", "", "a\u0301", "b")
+
+
+@fuzz_settings(800)
+@given(st.sampled_from(BATCH_MUTATIONS), st.sampled_from(("keys", "text", "junk")), SEEDS)
+def test_cross_rollout_targets_and_group_index(mutation, uid_kind, seed):
     """cross_rollout_targets: ValueError, or finite targets except the documented NaN of singleton groups;
-    group_index: ValueError, or dense ids in first-appearance order."""
+    group_index: ValueError, or dense ids in [0, G) in first-appearance order."""
     tick(__name__)
-    rewards, group, n_groups, n_rollouts, _ = data.draw(messy_batches())
+    rng = np.random.default_rng(seed)
+    rewards, group, *_ = messy_batch(rng, mutation, "pm1")
     out, err = call(cross_rollout_targets, rewards, group, allow_nan=("output",))
     if err is None:
         g = np.asarray(group).astype(np.int64)
         singleton = (np.bincount(g) == 1)[g]
         assert np.all(np.isfinite(out[~singleton])) and np.all(np.isnan(out[singleton]))
-    uids = data.draw(st.one_of(prompt_keys(n_rollouts), st.lists(st.sampled_from(("a", "é", "😀", "")), max_size=8)))
+    if uid_kind == "keys":
+        uids = messy_keys(rng, int(rng.integers(0, 8)))
+    elif uid_kind == "text":
+        uids = [pick(rng, UID_SAMPLES) for _ in range(int(rng.integers(0, 8)))]
+    else:
+        uids = pick(rng, JUNK_VALUES)
     dense, err = call(group_index, uids, allow_nan=("output",))  # NaN uids come back as given
     if err is None:
         ids, uniq = dense
         assert ids.dtype == np.int64 and (ids.size == 0 or set(ids.tolist()) == set(range(int(ids.max()) + 1)))
 
 
-@pytest.mark.parametrize("bad", [*BAD_FLOATS[:3]])
+@pytest.mark.parametrize("bad", BAD_FLOATS[:3])
 def test_compute_advantages_rejects_non_finite_rewards(bad):
     """A non-finite reward is a ValueError naming rewards (the boundary check every estimator shares)."""
     with pytest.raises(ValueError, match="rewards"):
         compute_advantages("grpo", [1.0, bad], [0, 0])
+
+
+def test_option_types_and_degenerate_eps_regression():
+    """Estimator options of the wrong type, eps = 0 and a τ² near the smallest double are ValueErrors (they were
+    TypeErrors, or NaN advantages: 0/0 on an all-equal group, n0 = σ̄²/τ² = inf)."""
+    r, g, prior = np.array([1.0, 1.0, -1.0, 1.0]), np.array([0, 0, 1, 1]), np.array([0.0, 0.5])
+    bad_calls = [
+        ("grpo", {"eps": 0.0}), ("grpo", {"eps": "x"}), ("grpo", {"eps": None}), ("reinforce_pp_baseline", {"eps": 0}),
+        ("v05_eb", {"prior": prior, "tau2": 5e-324}),
+        ("v05_eb", {"prior": prior, "guard_level": "x"}), ("v05_eb", {"prior": prior, "min_groups": None}),
+        ("v05_eb", {"prior": prior, "n0": object()}), ("v05_eb", {"prior": prior, "tau2": "x"}),
+        ("dbb", {"prompt_ids": [None, 1]}), ("dbb", {"prompt_ids": [float("nan"), 1.0]}),
+        ("dbb", {"prompt_ids": [0, 1], "lambda_": None}), ("dbb", {"prompt_ids": [0, 1], "step": 2**63}),
+        ("dbb", {"prompt_ids": [0, 1], "alpha0": "x"}), ("oracle", {}), ("poise", {}),
+        ("grpo", {"reward_range": ["pm1"]}),
+    ]  # fmt: skip
+    for name, options in bad_calls:
+        with pytest.raises(ValueError):
+            estimate(name, r, g, **options)
+    with pytest.raises(ValueError, match="overflows"):  # v̄ = V: τ̂² falls to the floor, n0 = 2/5e-324
+        estimate("v05_eb", [1.0, -1.0], [0, 0], prior=[0.0], tau2_floor=5e-324)
+
+
+def test_batch_boundary_checks_regression():
+    """Huge ints in rewards, a huge group id and unorderable uids are ValueErrors (OverflowError, an 8 TiB bincount
+    and a TypeError before)."""
+    with pytest.raises(ValueError, match="rewards"):
+        compute_advantages("grpo", [1.0, 2**2000], [0, 0])
+    with pytest.raises(ValueError, match="group ids"):
+        compute_advantages("grpo", [1.0, 1.0], [0, 2**40])
+    with pytest.raises(ValueError, match="uids"):
+        group_index([None, 1, "a"])
+
+
+def test_prior_error_state_refuses_corrupt_sums_regression():
+    """A PriorErrorState with NaN / negative / mismatched sums (a corrupt checkpoint) is a ValueError, in the
+    constructor and in from_dict (NaN advantages, TypeError or KeyError before)."""
+    for fields in ({"d2": (float("nan"),), "noise": (0.5,), "var": (0.5,), "count": (4,)},
+                   {"d2": (1.0,), "noise": (-0.5,), "var": (0.5,), "count": (4,)},
+                   {"d2": (1.0, 2.0), "noise": (0.5,), "var": (0.5,), "count": (4,)},
+                   {"d2": (1.0,), "noise": (0.5,), "var": (0.5,), "count": (2.5,)}):  # fmt: skip
+        with pytest.raises(ValueError):
+            PriorErrorState(window=4, **fields)
+    for d in ({"window": 4}, {"window": 4, "d2": [None], "noise": [0.5], "var": [0.5], "count": [4]},
+              {"window": 4, "d2": [1.0], "noise": [0.5], "var": [0.5], "count": [float("inf")]}):  # fmt: skip
+        with pytest.raises(ValueError):
+            PriorErrorState.from_dict(d)

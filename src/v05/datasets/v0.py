@@ -108,7 +108,7 @@ def _parse_rows(path: Path) -> list[tuple[str, float, tuple[str, str, int]]]:
                 key = f"{obj['dataset']}_{obj['id']}"
                 score = float(obj["score"])
                 snap = (str(obj["dataset"]), str(obj["model"]), int(obj["step"]))
-            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError, OverflowError) as err:  # step: Infinity
                 raise ValueError(f"{path}:{lineno}: not a V0 row ({type(err).__name__}: {err})") from None
             if not np.isfinite(score) or not -1.0 <= score <= 1.0:
                 raise ValueError(f"{path}:{lineno}: score {score!r} outside [-1, 1]")

@@ -95,14 +95,14 @@ class PriorErrorState:
             raise ValueError(f"window must be an integer >= 1 (groups), got {self.window!r}")
         # a state restored from a checkpoint must be the sums push() wrote: one entry per step, finite and >= 0
         sums = {"d2": self.d2, "noise": self.noise, "var": self.var, "count": self.count}
-        if len({len(v) for v in sums.values()}) != 1:
-            lengths = [len(v) for v in sums.values()]
-            raise ValueError(f"d2, noise, var and count need one entry per step, got lengths {lengths}")
+        if not all(isinstance(v, tuple) for v in sums.values()) or len({len(v) for v in sums.values()}) != 1:
+            shapes = {k: len(v) if isinstance(v, tuple) else type(v).__name__ for k, v in sums.items()}
+            raise ValueError(f"d2, noise, var and count must be tuples with one entry per step, got {shapes}")
         for name, values in sums.items():
             for v in values:
-                if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not (
-                    np.isfinite(v) and v >= 0
-                ):
+                kinds = (int, np.integer) if name == "count" else (int, float, np.integer, np.floating)
+                ok = not isinstance(v, bool) and isinstance(v, kinds)
+                if not (ok and v >= 0 and (name == "count" or np.isfinite(float(v)))):
                     raise ValueError(f"PriorErrorState.{name} must hold finite numbers >= 0, got {v!r}")
 
     @property
@@ -143,14 +143,28 @@ class PriorErrorState:
 
     @classmethod
     def from_dict(cls, d: dict[str, object]) -> PriorErrorState:
-        """Inverse of :meth:`to_dict`."""
-        return cls(
-            int(d["window"]),  # type: ignore[call-overload]
-            tuple(float(x) for x in d["d2"]),  # type: ignore[attr-defined]
-            tuple(float(x) for x in d["noise"]),  # type: ignore[attr-defined]
-            tuple(float(x) for x in d["var"]),  # type: ignore[attr-defined]
-            tuple(int(x) for x in d["count"]),  # type: ignore[attr-defined]
-        )
+        """Inverse of :meth:`to_dict`.
+
+        Raises:
+            ValueError: a missing key, or a value :meth:`to_dict` cannot have written (e.g. NaN, None, negative).
+        """
+        try:
+            return cls(
+                int(d["window"]),  # type: ignore[call-overload]
+                tuple(float(x) for x in d["d2"]),  # type: ignore[attr-defined]
+                tuple(float(x) for x in d["noise"]),  # type: ignore[attr-defined]
+                tuple(float(x) for x in d["var"]),  # type: ignore[attr-defined]
+                tuple(_whole(x) for x in d["count"]),  # type: ignore[attr-defined]
+            )
+        except (KeyError, TypeError, OverflowError) as err:
+            raise ValueError(f"not a PriorErrorState dict ({type(err).__name__}: {err})") from None
+
+
+def _whole(x: object) -> int:
+    """A group count read back from JSON: an integer (a float must be whole)."""
+    if isinstance(x, float) and not x.is_integer():
+        raise ValueError(f"PriorErrorState.count must hold whole numbers, got {x!r}")
+    return int(x)  # type: ignore[call-overload]
 
 
 def prior_error_stats(vbar_g: FloatArray, prior_g: FloatArray, var_g: FloatArray, k_g: FloatArray) -> tuple[float, ...]:

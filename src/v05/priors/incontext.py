@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from v05._checks import check_int
 from v05._types import FloatArray
 from v05.priors.backends import make_backend
 from v05.priors.embeddings import Embedder
@@ -113,6 +114,8 @@ class EmbeddingProvider(BaseProvider):
 
     def __post_init__(self) -> None:
         BaseProvider.__post_init__(self)
+        for name, minimum in (("context_size", 1), ("min_context", 2), ("folds", 2), ("seed", 0)):
+            check_int(getattr(self, name), name, minimum)
         if self.context_size < 1 or self.min_context < 2 or self.folds < 2:
             raise ValueError(
                 "need context_size >= 1, min_context >= 2, folds >= 2; "

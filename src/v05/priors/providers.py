@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from v05._checks import as_real, check_int, check_positive
 from v05._types import FloatArray
 from v05.allocation.posterior import BetaHistory, Decay
 from v05.priors.base import TAU2_FLOOR, Calibration, PriorPrediction, calibrate
@@ -102,9 +103,10 @@ class BaseProvider:
     step_: int = field(default=0, init=False)
 
     def __post_init__(self) -> None:
-        if self.window < 1 or self.min_online < 1:
-            raise ValueError(f"window and min_online must be >= 1, got {self.window}, {self.min_online}")
-        if not 0.0 < self.lambda_ <= 1.0:
+        check_int(self.window, "window", 1)  # a row count: 2.5 would reach a slice as a TypeError
+        check_int(self.min_online, "min_online", 1)
+        check_positive(self.prior_rows, "prior_rows", strict=False)  # NaN here made every prediction NaN
+        if not 0.0 < as_real(self.lambda_, "lambda_") <= 1.0:
             raise ValueError(f"lambda_ must lie in (0, 1], got {self.lambda_}")
         if self.decay not in ("visit", "step"):
             raise ValueError(f"unknown decay {self.decay!r}; valid: visit, step")
@@ -322,8 +324,7 @@ class RunningMeanProvider(BaseProvider):
 
     def __post_init__(self) -> None:
         BaseProvider.__post_init__(self)
-        if self.steps < 1:
-            raise ValueError(f"steps must be >= 1, got {self.steps}")
+        check_int(self.steps, "steps", 1)
 
     def policy_mean(self, policy: str) -> float:
         """Rollout-weighted mean score of the window (0, i.e. p = 0.5, with a warning when nothing was seen)."""

@@ -24,6 +24,8 @@ from v05.tasks.verify import score_batch
 OPS = ("add", "sub", "mul")
 _SYMBOLS = ("+", "-", "*")
 _INTEGER = re.compile(r"[+-]?[0-9]+")
+MAX_POOL = 10_000_000
+"""Most prompts a task materialises (n_train + n_eval + n_val): each is a Python object (~1 KB), so 10⁷ is ~10 GB."""
 _MAX_DRAWS_PER_QUESTION = 1000  # rejection-sampling cap: far above the coupon-collector cost of any feasible pool
 
 
@@ -82,7 +84,15 @@ class ArithmeticTask:
             raise ValueError(f"max_digits must be <= 18 (int64 operands), got {self.max_digits}")
         if self.verify_timeout_s is not None and not self.verify_timeout_s > 0:
             raise ValueError(f"verify_timeout_s must be positive or None, got {self.verify_timeout_s!r}")
-        prompts = self._draw_pool(self.n_train + self.n_eval + self.n_val)
+        n = self.n_train + self.n_eval + self.n_val
+        space = sum(_space_size(k, self.max_digits) for k in range(3) if self.mix[k] > 0)
+        if n > min(space, MAX_POOL):  # refuse before drawing n ops (an OverflowError or MemoryError for huge n)
+            what = f"only {space} distinct questions exist" if n > space else f"at most {MAX_POOL} are held in memory"
+            raise ValueError(
+                f"n_train + n_eval + n_val = {n} prompts, but {what} with max_digits={self.max_digits} and "
+                f"mix={self.mix}; lower n_train/n_eval/n_val"
+            )
+        prompts = self._draw_pool(n)
         check_unique_keys(prompts, "ArithmeticTask")
         n_seen = self.n_train + self.n_eval
         object.__setattr__(self, "_train", prompts[: self.n_train])

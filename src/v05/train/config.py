@@ -14,8 +14,10 @@ their code; importing this module imports torch — the CLI imports it only when
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.resources
 import logging
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -313,7 +315,7 @@ def load_config(config: str | None = None, overrides: list[str] | tuple[str, ...
         if "=" not in item:
             raise ValueError(f"override {item!r} is not key=value (e.g. train.steps=50)")
     try:
-        merged = OmegaConf.structured(TrainConfig)
+        merged = _schema()  # merge copies it: the cached defaults are never changed
         if config is not None:
             merged = OmegaConf.merge(merged, _literal_strings(_load_yaml(resolve_config_path(config))))
         if overrides:
@@ -321,6 +323,8 @@ def load_config(config: str | None = None, overrides: list[str] | tuple[str, ...
         cfg: TrainConfig = OmegaConf.to_object(merged)  # type: ignore[assignment]
     except OmegaConfBaseException as err:
         raise ValueError(f"bad config: {_one_line(err)}") from None
+    except yaml.YAMLError as err:  # an override value OmegaConf's YAML loader refuses (e.g. a !!python/... tag)
+        raise ValueError(f"bad override: {error_line(err)}") from None
     except TypeError as err:  # a dataclass __init__ rejecting a value
         raise ValueError(f"bad config: {err}") from None
     if quick:
@@ -328,6 +332,12 @@ def load_config(config: str | None = None, overrides: list[str] | tuple[str, ...
     cfg = resolve_prompt_form(cfg)
     check_config(cfg)
     return cfg
+
+
+@functools.cache
+def _schema() -> omegaconf.DictConfig:
+    """The defaults as an OmegaConf structured config, built once per process (~60 ms; a merge copies it)."""
+    return OmegaConf.structured(TrainConfig)
 
 
 def _load_yaml(path: Path) -> omegaconf.DictConfig:
@@ -402,12 +412,33 @@ def quick_config(cfg: TrainConfig) -> TrainConfig:
     return r(cfg, train=train, warmup=warmup, eval=ev, run=run)
 
 
+def _first_non_finite(node: Any, where: str) -> tuple[str, float] | None:
+    """``(dotted field, value)`` of the first NaN or ±inf number in a config tree (dataclasses, dicts, lists)."""
+    if isinstance(node, float):
+        return None if math.isfinite(node) else (where, node)
+    if dataclasses.is_dataclass(node) and not isinstance(node, type):
+        items: Any = ((f.name, getattr(node, f.name)) for f in dataclasses.fields(node))
+    elif isinstance(node, dict):
+        items = node.items()
+    elif isinstance(node, list | tuple):
+        items = enumerate(node)
+    else:
+        return None
+    for key, value in items:
+        found = _first_non_finite(value, f"{where}.{key}" if where else str(key))
+        if found is not None:
+            return found
+    return None
+
+
 def check_config(cfg: TrainConfig) -> None:
     """Check values and how the parts fit together; raise ValueError naming the field and how to fix it."""
     def need(ok: bool, where: str, msg: str) -> None:
         if not ok:
             raise ValueError(f"{where}: {msg}")
 
+    bad = _first_non_finite(cfg, "")  # NaN or inf (YAML .nan/.inf, 1e400) would reach the optimiser or the math
+    need(bad is None, bad[0] if bad else "", f"must be a finite number, got {bad[1] if bad else None}")
     tr = cfg.train
     for name in ("batch_size", "steps", "ppo_epochs", "micro_batch_size"):
         need(getattr(tr, name) >= 1, f"train.{name}", f"must be >= 1, got {getattr(tr, name)}")
