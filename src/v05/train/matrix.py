@@ -608,36 +608,33 @@ WARM_STORE = "warm_start"
 """The store's folder of warm starts (the cache's layout: one folder per warm-start key)."""
 
 
+def _copy_warm_start(src: Path, dest: Path) -> bool:
+    """Copy the warm-start folder ``src`` to ``dest`` unless ``dest`` has one or ``src`` has none; whether it did.
+
+    Via a temporary folder and a rename: a crash leaves no half-copied warm start.
+    """
+    if (dest / "sft.json").is_file() or not (src / "sft.json").is_file():
+        return False
+    tmp = dest.with_name(f".tmp_{dest.name}_{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(src, tmp)
+    os.replace(tmp, dest)
+    return True
+
+
 def restore_warm_starts(warm: Iterable[Path], store: Path) -> int:
     """Copy the store's warm starts that this machine's cache lacks into it; returns how many.
 
     SFT stops at another step on another CPU, so a grid resumed elsewhere starts from the stored weights, not from
     a fresh warm-up: its new cells then pair with the stored ones.
     """
-    restored = 0
-    for folder in warm:
-        src = store / WARM_STORE / folder.name
-        if (folder / "sft.json").is_file() or not (src / "sft.json").is_file():
-            continue
-        tmp = folder.with_name(f".tmp_{folder.name}_{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
-        shutil.copytree(src, tmp)
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(tmp, folder)
-        restored += 1
-    return restored
+    return sum(_copy_warm_start(store / WARM_STORE / folder.name, folder) for folder in warm)
 
 
 def keep_warm_starts(warm: Iterable[Path], store: Path) -> None:
     """Copy each trained warm start into the store once (the store's copy, once written, is never replaced)."""
     for folder in warm:
-        dest = store / WARM_STORE / folder.name
-        if (dest / "sft.json").is_file() or not (folder / "sft.json").is_file():
-            continue
-        tmp = dest.with_name(f".tmp_{dest.name}_{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
-        shutil.copytree(folder, tmp)
-        os.replace(tmp, dest)
+        _copy_warm_start(folder, store / WARM_STORE / folder.name)
 
 
 def _same_config(saved: Path, cfg: TrainConfig) -> bool:
