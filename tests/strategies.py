@@ -45,12 +45,9 @@ OPTION_POOLS: dict[str, tuple[object, ...]] = {
 """kind → option values: in range, at the edges, just outside."""
 
 SEEDS = st.integers(0, 2**32 - 1)
-UNICODE_TEXT = st.text(alphabet=st.characters(codec="utf-8"), max_size=10)
-"""Any UTF-8-encodable text: emoji, combining marks, RTL, NUL, control characters, the empty string."""
-SURROGATE_TEXT = st.text(alphabet=st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF), min_size=1, max_size=2)
-"""Lone surrogates: valid in a Python str and in JSON (``"\\ud800"``), not encodable as UTF-8."""
+"""The seed a fuzz case builds its arrays from (``np.random.default_rng(seed)``)."""
 TEXT_SAMPLES = ("", " ", "é", "a\u0301", "😀", "\u202eevil", "\x00", "日本語", "\ufeffbom", "tab\tnew\nline", "ß" * 40)
-"""Fixed awkward strings for rng-built keys and texts."""
+"""Awkward unicode for keys and texts: empty, combining mark, emoji, RTL override, NUL, CJK, BOM, newline, long."""
 
 
 def pick(rng: np.random.Generator, pool) -> object:
@@ -253,17 +250,6 @@ def messy_keys(rng: np.random.Generator, n: int, kind: str | None = None) -> obj
         return [bool(i % 2) for i in range(n)]
     return [i + 0.5 for i in range(n)]
 
-
-JSON_SCALARS = st.one_of(
-    st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=True, allow_infinity=True),
-    UNICODE_TEXT, SURROGATE_TEXT,
-)  # fmt: skip
-JSON_VALUES = st.recursive(
-    JSON_SCALARS,
-    lambda children: st.lists(children, max_size=3) | st.dictionaries(UNICODE_TEXT, children, max_size=3),
-    max_leaves=5,
-)
-"""Any JSON value (NaN and ±Infinity included, as Python's json writes them; lone surrogates), nested a little."""
 
 LINE_KINDS = ("truncated", "garbage", "blank", "array", "nul", "bom")
 

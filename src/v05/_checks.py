@@ -128,7 +128,7 @@ def as_keys(keys: object, name: str, n: int) -> np.ndarray:
     """
     arr = np.asarray(keys)
     if arr.ndim != 1 or len(arr) != n:
-        raise ValueError(f"{name} must have one key per group ({n}), got shape {arr.shape}")
+        raise ValueError(f"{name} must have shape ({n},), one key per group, got shape {arr.shape}")
     if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
         raise ValueError(f"{name} must be finite integers or strings, got {arr[~np.isfinite(arr)][:3]}")
     if arr.dtype.kind == "O":
@@ -148,10 +148,17 @@ def _key_kind(key: object) -> type | None:
     return None
 
 
+MAX_INT = 2**62
+"""The largest integer a count, size or step option may take: int64 arrays of such counts, and their sums over a
+few prompts, do not overflow."""
+
+
 def check_int(value: object, name: str, minimum: int, *, hint: str = "") -> None:
-    """Reject a config value that is not an integer ≥ ``minimum`` (bools and whole floats included)."""
+    """Reject a config value that is not an integer in [``minimum``, :data:`MAX_INT`] (bools and floats too)."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}{hint}")
+    if value > MAX_INT:
+        raise ValueError(f"{name} must be at most 2**62, got {value!r}{hint}")
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")

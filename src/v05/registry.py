@@ -12,7 +12,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from v05._checks import RewardRange
+from v05._checks import RewardRange, as_real
 from v05.allocation import Allocator, DynamicSampling, Fixed
 from v05.allocation.dps import DPS
 from v05.allocation.greso import GRESO
@@ -154,7 +154,35 @@ def get_allocator(name: str, **options: object) -> Allocator:
     unknown = sorted(set(options) - set(valid))
     if unknown:
         raise ValueError(f"allocator {name!r} has no option(s) {', '.join(unknown)}; valid: {', '.join(valid)}")
-    return cls(**options)
+    checked = {f.name: _check_option_type(name, f.name, str(f.type), options[f.name]) for f in fields(cls)
+               if f.name in options}  # fmt: skip
+    return cls(**checked)
+
+
+MAX_COUNT = 2**40
+"""The largest integer option (k, k_max, a budget, a batch size) an allocator takes: beyond it a count array of
+int64 sums could overflow, and no run draws 10¹² rollouts for one prompt."""
+
+
+def _check_option_type(allocator: str, option: str, annotation: str, value: object) -> object:
+    """The option's value, refused if it cannot be the field's type, before the config compares it with a number.
+
+    ``float`` fields take any real number and get it as a float (an int beyond the float range reads as ±inf, which
+    the range checks refuse); ``int`` fields an integer of magnitude at most :data:`MAX_COUNT`; ``X | None`` fields
+    also None. Other fields (names, flags) are left to the config's own checks.
+    """
+    kinds = {part.strip() for part in annotation.split("|")}
+    if value is None and "None" in kinds:
+        return value
+    where = f"allocator {allocator!r} option {option}"
+    if "float" in kinds:
+        return as_real(value, where)
+    if "int" in kinds:
+        if isinstance(value, bool | np.bool_) or not isinstance(value, int | np.integer):
+            raise ValueError(f"{where} must be an integer, got {type(value).__name__} {value!r}")
+        if abs(value) > MAX_COUNT:
+            raise ValueError(f"{where} must be at most {MAX_COUNT}, got {value!r}")
+    return value
 
 
 __all__ = [

@@ -81,8 +81,8 @@ def call(
     """Call ``fn``; a documented exception is returned, anything else propagates (the fuzz failure).
 
     When ``fn`` returns, every float in its result must be finite (``allow_nan``: documented NaN fields).
-    A documented exception must carry a non-empty message (the CLI prints it as is). ``known`` recognises a bug
-    already written down as an ``xfail(strict=True)`` test in code this change may not edit: such an error is
+    A documented exception must carry a one-line, non-empty message (the CLI prints it as is). ``known`` recognises
+    a bug already written down as an ``xfail(strict=True)`` test in code this change may not edit: such an error is
     returned like a documented one (the xfail keeps it visible, and fails once the bug is fixed).
 
     Returns:
@@ -93,8 +93,9 @@ def call(
         try:
             out = fn(*args, **kwargs)
         except raises as err:
-            message = str(err)
-            assert message.strip(), f"{type(err).__name__} with an empty message"
+            message = str(err).strip()
+            assert message, f"{type(err).__name__} with an empty message"
+            assert "\n" not in message, f"a multi-line {type(err).__name__}: {message!r}"
             return None, err
         except Exception as err:
             if known is not None and known(err):

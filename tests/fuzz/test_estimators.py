@@ -72,7 +72,7 @@ def messy_options(rng: np.random.Generator, name: str, n_groups: int, n_rollouts
     return options
 
 
-@fuzz_settings(2400)
+@fuzz_settings(2100)
 @given(registry_names(tuple(ESTIMATORS)), st.sampled_from(BATCH_MUTATIONS), st.sampled_from(("pm1", "01")), SEEDS)
 def test_estimate_raises_only_valueerror_and_never_returns_nan(name, mutation, reward_range, seed):
     """Any estimator name, batch, prior and options: a ValueError, or an Estimate whose floats are all finite."""
@@ -96,7 +96,7 @@ EXTREME_OPTIONS = {
 }  # fmt: skip
 
 
-@fuzz_settings(1500)
+@fuzz_settings(1300)
 @given(st.sampled_from(tuple(ESTIMATORS)), st.sampled_from(("pm1", "01")), SEEDS)
 def test_valid_batches_with_extreme_options_stay_finite(name, reward_range, seed):
     """Valid batches with valid-but-extreme options (eps = 5e-324, n0 = 1.7e308, tiny τ²): a ValueError or finite."""
@@ -127,7 +127,7 @@ def test_valid_batches_with_extreme_options_stay_finite(name, reward_range, seed
 STEP_NUMBERS = (-5, -1, 0, 1, 2, 3, 10, 2**62, 2**63, 2**64, -(2**63) - 1, 1.5, None)
 
 
-@fuzz_settings(500)
+@fuzz_settings(300)
 @given(st.integers(1, 3), st.sampled_from(("visit", "step")), st.sampled_from(("pm1", "01")), SEEDS)
 def test_dbb_over_steps_with_messy_prompt_keys(n_steps, decay, reward_range, seed):
     """dbb carried over steps with unicode / duplicated / mixed / None / NaN keys and any step numbers: ValueError
@@ -145,7 +145,7 @@ def test_dbb_over_steps_with_messy_prompt_keys(n_steps, decay, reward_range, see
             state = out.state
 
 
-@fuzz_settings(400)
+@fuzz_settings(250)
 @given(st.integers(1, 4), st.sampled_from((1, 2, 256)), st.sampled_from((None, 1e-2, 1e-300, 5e-324)), SEEDS)
 def test_v05_eb_state_over_steps(n_steps, window, floor, seed):
     """v05_eb's PriorErrorState over steps (tiny windows, tiny τ² floors, the guard, LOO): ValueError or finite."""
@@ -162,7 +162,7 @@ def test_v05_eb_state_over_steps(n_steps, window, floor, seed):
             state = out.state
 
 
-@fuzz_settings(200)
+@fuzz_settings(100)
 @given(
     st.sampled_from((float("nan"), float("inf"), -1.0, 1e308, 2.5, "x", None)),
     st.sampled_from(("d2", "noise", "var", "count", "window")),
@@ -184,7 +184,7 @@ def test_v05_eb_refuses_a_corrupt_state(bad, field, via_dict, seed):
 UID_SAMPLES = ("a", "é", "😀", "", "a\u0301", "b")
 
 
-@fuzz_settings(800)
+@fuzz_settings(500)
 @given(st.sampled_from(BATCH_MUTATIONS), st.sampled_from(("keys", "text", "junk")), SEEDS)
 def test_cross_rollout_targets_and_group_index(mutation, uid_kind, seed):
     """cross_rollout_targets: ValueError, or finite targets except the documented NaN of singleton groups;

@@ -8,6 +8,7 @@ Contract (their Raises sections): a missing or malformed file, row or option rai
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.fuzz._contract import call, fuzz_settings, tick
-from tests.strategies import JSON_VALUES, JUNK_VALUES, SEEDS, TEXT_SAMPLES, jsonl_text, messy_option, pick
+from tests.strategies import SEEDS, TEXT_SAMPLES, jsonl_text, messy_option, pick
 from v05.datasets.v0 import load_v0
 from v05.tasks import make_task
 
@@ -29,7 +30,15 @@ ODD_VALUES = (None, True, "", "x", "é😀", "\ud800", 1e400, float("nan"), -1e4
 """Field values of the wrong kind for a V0 or math row (1e400 is written as Infinity, "\\ud800" as a lone surrogate)."""
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _remove_scratch():
+    """The scratch files of this module's cases are deleted when the module is done."""
+    yield
+    shutil.rmtree(ROOT, ignore_errors=True)
+
+
 def fresh_dir() -> Path:
+    """A new empty directory under the module's scratch root."""
     return Path(tempfile.mkdtemp(dir=ROOT))
 
 
@@ -56,7 +65,7 @@ def write_text(path: Path, text: str, rng: np.random.Generator) -> None:
     path.write_bytes(data)
 
 
-@fuzz_settings(500)
+@fuzz_settings(350)
 @given(st.sampled_from(("ok", "ok", "ok", "no_prompts", "no_context", "no_query", "bad_prompts", "list_prompts",
                         "alt_prompts", "missing_dir")), SEEDS)  # fmt: skip
 def test_load_v0_raises_only_valueerror(layout, seed):
@@ -109,7 +118,7 @@ MATH_OPTIONS = {
 }
 
 
-@fuzz_settings(500)
+@fuzz_settings(350)
 @given(st.sampled_from((".jsonl", ".jsonl", ".json", ".ndjson", ".parquet", ".pq", ".txt", "")), st.booleans(), SEEDS)
 def test_math_file_task_raises_only_valueerror(suffix, nested, seed):
     """make_task("math_file", ...) on malformed JSONL/Parquet files and options: a task whose prompts are non-empty
@@ -173,7 +182,7 @@ TASK_OPTIONS = {
 SMALL = (0, 1, 2, 3, 5, 8)
 
 
-@fuzz_settings(300)
+@fuzz_settings(200)
 @given(st.sampled_from(("arithmetic", "arithmetic", "arithmetic", "reasoning_gym", "math", "", None)), SEEDS)
 def test_make_task_raises_only_valueerror(name, seed):
     """make_task with unknown names and messy options: a task or a one-line ValueError (sizes are kept small, huge
@@ -205,11 +214,12 @@ def test_make_task_raises_only_valueerror(name, seed):
     call(make_task, name, **options, allow_nan=("output",))
 
 
+ARITHMETIC = make_task("arithmetic", n_train=20, n_eval=5, n_val=0, max_digits=1)
 COMPLETIONS = ("42", "-0", "+5", " 7 ", "\\boxed{12}", "<answer>3</answer>", "", "\x00", "é😀", "1e400", "nan",
                "9" * 400, "\ud800", "<answer>", "\\boxed{", "−3", "٣", "1/2")  # fmt: skip
 
 
-@fuzz_settings(300)
+@fuzz_settings(250)
 @given(SEEDS)
 def test_arithmetic_score_never_raises(seed):
     """ArithmeticTask.score on any completion text (unicode digits, surrogates, huge numbers): rewards in [0, 1]."""
@@ -221,8 +231,6 @@ def test_arithmetic_score_never_raises(seed):
     scores = task.score(prompts, completions)
     assert len(scores) == len(prompts) and np.all((scores.rewards >= 0) & (scores.rewards <= 1))
 
-
-ARITHMETIC = make_task("arithmetic", n_train=20, n_eval=5, n_val=0, max_digits=1)
 
 
 def test_arithmetic_huge_pool_is_a_valueerror_regression():
@@ -243,5 +251,3 @@ def test_v0_step_overflow_is_a_valueerror_regression(tmp_path):
     with pytest.raises(ValueError, match="context.jsonl:1"):
         load_v0(tmp_path)
 
-
-_ = JSON_VALUES, JUNK_VALUES  # shared strategies the loaders' rows draw from (kept importable here)

@@ -27,7 +27,7 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
-from v05._checks import RewardRange, as_float_1d, check_in_range, check_reward_range
+from v05._checks import RewardRange, as_float_1d, as_keys, check_in_range, check_reward_range
 from v05._types import BoolArray, FloatArray, IntArray
 from v05.groups import group_index
 
@@ -178,12 +178,13 @@ def allocate(
             raise ValueError(f"prior must have one value per pool prompt ({n_prompts}), got {len(prior_arr)}")
     n0_arr = None
     if n0 is not None:
-        n0_arr = np.broadcast_to(as_float_1d(np.atleast_1d(np.asarray(n0, np.float64)), "n0"), (n_prompts,)).copy()
+        n0_arr = as_float_1d(np.atleast_1d(np.asarray(n0, dtype=object)), "n0")
+        if n0_arr.shape not in ((1,), (n_prompts,)):
+            raise ValueError(f"n0 must be a scalar or have shape ({n_prompts},), got {n0_arr.shape}")
+        n0_arr = np.broadcast_to(n0_arr, (n_prompts,)).copy()
         if np.any(n0_arr < 0):
             raise ValueError(f"n0 must be >= 0, got {float(n0_arr.min())!r}")
-    key_arr = None if keys is None else np.asarray(keys)
-    if key_arr is not None and key_arr.shape != (n_prompts,):
-        raise ValueError(f"keys must have shape ({n_prompts},), got {key_arr.shape}")
+    key_arr = None if keys is None else as_keys(keys, "keys", n_prompts)
     pool = Pool(int(n_prompts), key_arr, prior_arr, n0_arr, reward_range, rng)
     s = allocator.init(pool, state)
     counts = np.zeros(n_prompts, np.int64)

@@ -22,6 +22,7 @@ from typing import Literal
 
 import numpy as np
 
+from v05._checks import as_float_1d
 from v05._types import FloatArray
 from v05.allocation.keyed import find, upsert
 
@@ -51,9 +52,18 @@ class BetaPosterior:
 
     @classmethod
     def from_mean(cls, mean: FloatArray, concentration: float | FloatArray) -> BetaPosterior:
-        """Beta with mean p̂ and pseudo-count κ: α = κ·p̂, β = κ·(1 − p̂) (p̂ clipped to [1e-3, 1 − 1e-3])."""
-        p = np.clip(np.asarray(mean, np.float64), 1e-3, 1 - 1e-3)
-        kappa = np.broadcast_to(np.asarray(concentration, np.float64), p.shape)
+        """Beta with mean p̂ and pseudo-count κ: α = κ·p̂, β = κ·(1 − p̂) (p̂ clipped to [1e-3, 1 − 1e-3]).
+
+        Raises:
+            ValueError: p̂ is not a finite (G,) array, κ not a finite positive scalar or (G,) array.
+        """
+        p = np.clip(as_float_1d(np.atleast_1d(np.asarray(mean, dtype=object)), "mean", allow_empty=True), 1e-3,
+                    1 - 1e-3)  # fmt: skip
+        kappa = as_float_1d(np.atleast_1d(np.asarray(concentration, dtype=object)), "concentration",
+                            allow_empty=True)  # fmt: skip
+        if kappa.shape not in ((1,), p.shape) or np.any(kappa <= 0):
+            raise ValueError(f"concentration must be > 0, a scalar or of shape {p.shape}, got shape {kappa.shape}")
+        kappa = np.broadcast_to(kappa, p.shape)
         return cls(kappa * p, kappa * (1 - p))
 
     @property

@@ -59,7 +59,7 @@ def prior_belief(pass_rate: object, n0: object, *, alpha0: float = 0.5) -> BetaP
     p = as_float_1d(pass_rate, "pass_rate")
     if np.any((p < 0.0) | (p > 1.0)):
         raise ValueError(f"pass_rate must lie in [0, 1], got {p[(p < 0.0) | (p > 1.0)][:3]}")
-    n0_arr = as_float_1d(np.atleast_1d(np.asarray(n0, np.float64)), "n0")
+    n0_arr = as_float_1d(np.atleast_1d(np.asarray(n0, dtype=object)), "n0")
     if n0_arr.shape not in ((1,), p.shape):
         raise ValueError(f"n0 must be a scalar or have shape {p.shape}, got {n0_arr.shape}")
     if np.any(n0_arr < 0):

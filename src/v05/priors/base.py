@@ -145,7 +145,8 @@ def calibrate(
         The calibration; with G = 0 the fields are NaN and n = 0.
 
     Raises:
-        ValueError: the arrays are not 1-D numbers of one length, a value is NaN or infinite, or counts < 1.
+        ValueError: the arrays are not 1-D numbers of one length, a value is NaN or infinite, counts < 1, or values
+            so large that the error variance overflows.
     """
     v, vbar, k = (as_float_1d(a, n, allow_empty=True) for a, n in
                   ((prediction, "prediction"), (observed, "observed"), (counts, "counts")))  # fmt: skip
@@ -164,6 +165,11 @@ def calibrate(
     mse, noise = d2 / n, noise_sum / n
     tau2 = max(mse - noise, floor)
     sigma2 = max(var_sum / n, floor)  # all-deterministic outcomes would give n0 = 0 and 0/0 later
+    if not np.isfinite([mse, noise, tau2, sigma2]).all():  # squares of huge values (|V| ~ 1e155) overflow
+        raise ValueError(
+            f"prediction / observed too large: the error variance overflows (max |V| {np.abs(v).max():.3g}, "
+            f"max |v̄| {np.abs(vbar).max():.3g}; both are ±1-space values)"
+        )
     return Calibration(tau2, auc_score(v, vbar > 0), sigma2 / tau2, int(v.size), mse, noise, sigma2)
 
 

@@ -297,7 +297,8 @@ def _outcomes(ids: list[str], scores: FloatArray, counts: FloatArray) -> tuple[F
         k = np.broadcast_to(np.asarray(counts, np.float64), s.shape).copy()
     except (TypeError, ValueError, OverflowError):
         raise ValueError(
-            f"scores must be (G,) numbers and counts a number or (G,) numbers, got {scores!r} and {counts!r}"
+            "scores must be (G,) numbers and counts a number or (G,) numbers of a matching shape, got "
+            f"{type(scores).__name__} and {type(counts).__name__}"
         ) from None
     if len(s) != len(ids):
         raise ValueError(f"length mismatch (prompt_ids: {len(ids)}, scores: {len(s)})")

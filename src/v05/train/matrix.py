@@ -218,6 +218,11 @@ class Cell:
     """a cell of the tuning sweep (on the tuning seed), not of the comparison."""
 
 
+def _names_list(value: object) -> bool:
+    """Whether ``value`` is a YAML list of names (strings), so it can be compared as a set."""
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
 def load_grid(path: str | Path) -> Grid:
     """Read and check a grid file.
 
@@ -323,7 +328,7 @@ def load_grid(path: str | Path) -> Grid:
     if not isinstance(quick, dict) or set(quick) - {"seeds", "methods", "overrides"}:
         raise ValueError(f"{path}: quick takes seeds, methods and overrides, got {quick!r}")
     quick_methods = quick.get("methods", [reference])
-    if not isinstance(quick_methods, list) or set(quick_methods) - set(names):
+    if not _names_list(quick_methods) or set(quick_methods) - set(names):
         raise ValueError(f"{path}: quick.methods must list methods of the grid, got {quick_methods!r}")
     seeds_main = seeds(data.get("seeds", [0, 1, 2]), "seeds")
     tuning = _load_tuning(data.get("tuning"), path, names, seeds_main, strings)
@@ -353,7 +358,7 @@ def _load_tuning(raw: object, path: Path, methods: list[str], seeds: tuple[int, 
     if type(seed) is not int or seed in seeds:
         raise ValueError(f"{path}: tuning.seed must be an integer not among the grid's seeds {list(seeds)}, got {seed}")
     tuned = raw.get("methods")
-    if not isinstance(tuned, list) or not tuned or set(tuned) - set(methods) or len(set(tuned)) != len(tuned):
+    if not _names_list(tuned) or not tuned or set(tuned) - set(methods) or len(set(tuned)) != len(tuned):
         raise ValueError(f"{path}: tuning.methods must list distinct methods of the grid, got {tuned!r}")
     rule = raw.get("rule", "mean_eval")
     if rule not in TUNING_RULES:
