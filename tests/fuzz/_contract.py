@@ -15,10 +15,6 @@ CASES: Counter[str] = Counter()
 """Generated cases run per fuzz test module (reported by ``tests/fuzz/conftest.py`` as ``fuzz: N cases``)."""
 
 
-KNOWN: Counter[str] = Counter()
-"""Errors of known, written-down bugs met while fuzzing (by exception type)."""
-
-
 def tick(module: str) -> None:
     """Count one generated case of ``module`` (call it first thing in each test body)."""
     CASES[module.rsplit(".", 1)[-1]] += 1
@@ -75,15 +71,12 @@ def call(
     *args: Any,
     raises: tuple[type[BaseException], ...] = (ValueError,),
     allow_nan: tuple[str, ...] = (),
-    known: Callable[[BaseException], bool] | None = None,
     **kwargs: Any,
 ) -> tuple[Any, BaseException | None]:
     """Call ``fn``; a documented exception is returned, anything else propagates (the fuzz failure).
 
     When ``fn`` returns, every float in its result must be finite (``allow_nan``: documented NaN fields).
-    A documented exception must carry a one-line, non-empty message (the CLI prints it as is). ``known`` recognises
-    a bug already written down as an ``xfail(strict=True)`` test in code this change may not edit: such an error is
-    returned like a documented one (the xfail keeps it visible, and fails once the bug is fixed).
+    A documented exception must carry a one-line, non-empty message (the CLI prints it as is).
 
     Returns:
         ``(result, None)`` or ``(None, error)``.
@@ -97,11 +90,6 @@ def call(
             assert message, f"{type(err).__name__} with an empty message"
             assert "\n" not in message, f"a multi-line {type(err).__name__}: {message!r}"
             return None, err
-        except Exception as err:
-            if known is not None and known(err):
-                KNOWN[type(err).__name__] += 1
-                return None, err
-            raise
     found = None if "output" in allow_nan else non_finite(out, allow_nan=allow_nan)
     assert found is None, f"silent non-finite output: {found}"
     return out, None

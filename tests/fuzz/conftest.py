@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.fuzz._contract import CASES, KNOWN
+from tests.fuzz._contract import CASES
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
@@ -13,6 +13,3 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         return
     per_file = ", ".join(f"{name}: {n}" for name, n in sorted(CASES.items()))
     terminalreporter.write_line(f"fuzz: {sum(CASES.values())} cases ({per_file})")
-    if KNOWN:
-        met = ", ".join(f"{name}: {n}" for name, n in sorted(KNOWN.items()))
-        terminalreporter.write_line(f"fuzz: known bugs (see the xfail tests) met {sum(KNOWN.values())} times ({met})")
