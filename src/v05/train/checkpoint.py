@@ -25,11 +25,15 @@ def save_state(
     alloc_state: Any,
     provider: Any,
     method: Any = None,
+    guard: Any = None,
 ) -> None:
     """Write a checkpoint of the full training state after step ``c.step`` (atomic; see :mod:`v05.train.rundir`).
 
     A value method's state goes with the tensors when it holds tensors (PPO's critic), else into state.json (POISE's
-    probe and buffer, JSON).
+    probe and buffer, JSON); the prior guard's (:class:`v05.priors.guard.PriorGuard`) into state.json.
+
+    Raises:
+        OSError: the checkpoint could not be written (the previous one is left as it was).
     """
     import torch  # noqa: PLC0415
     from safetensors.torch import save_model  # noqa: PLC0415
@@ -50,6 +54,7 @@ def save_state(
         "estimator": state_to_json(est_state),
         "allocator": state_to_json(alloc_state),
         "provider": provider.state_dict() if provider is not None else None,
+        "prior_guard": guard.state_dict() if guard is not None and provider is not None else None,
     }
     if method is not None:
         (tensors if hasattr(method, "critic") else state)["method"] = method.state_dict()

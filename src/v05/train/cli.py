@@ -123,10 +123,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def _run(args: argparse.Namespace) -> int:
     require_trainer()
     from v05.train.config import load_config  # noqa: PLC0415
-    from v05.train.loop import train  # noqa: PLC0415
+    from v05.train.loop import RunStopped, train  # noqa: PLC0415
 
     cfg = load_config(args.config, args.overrides, quick=args.quick)
-    result = train(cfg, Path(args.out), resume=args.resume)
+    try:
+        result = train(cfg, Path(args.out), resume=args.resume)
+    except RunStopped as err:  # a fault the run could not work around: one line, exit 1
+        print(f"v05 train: stopped after step {err.step}: {err}", file=sys.stderr)
+        return 1
     state = "interrupted (checkpoint saved; --resume continues)" if result.interrupted else "done"
     print(  # the CLI's summary line
         f"{state}: {result.steps} steps, {result.rollouts_total} rollouts, eval pass rate "

@@ -248,6 +248,10 @@ class RunConfig:
     """show a progress bar."""
     threads: int = 1
     """torch CPU threads (1 is fastest on a busy 2-core machine; raise it on a quiet one)."""
+    generate_retries: int = 2
+    """retries of a rollout-engine call that raised, before the run stops cleanly (0: stop at the first error)."""
+    retry_backoff_s: float = 1.0
+    """seconds before the first retry of the rollout engine; doubled before each next one."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -449,6 +453,8 @@ def check_config(cfg: TrainConfig) -> None:
     need(cfg.run.checkpoint_every >= 0, "run.checkpoint_every", "must be >= 0")
     need(cfg.run.keep_checkpoints >= 1, "run.keep_checkpoints", "must be >= 1")
     need(cfg.run.threads >= 1, "run.threads", "must be >= 1")
+    need(cfg.run.generate_retries >= 0, "run.generate_retries", "must be >= 0")
+    need(cfg.run.retry_backoff_s >= 0, "run.retry_backoff_s", "must be >= 0")
     need(cfg.optim.lr > 0, "optim.lr", f"must be > 0, got {cfg.optim.lr}")
     need(cfg.optim.warmup_steps >= 0, "optim.warmup_steps", "must be >= 0")
     need(cfg.optim.grad_clip is None or cfg.optim.grad_clip > 0, "optim.grad_clip", "must be > 0 or null")

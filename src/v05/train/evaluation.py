@@ -81,6 +81,8 @@ def step_metrics(
         "rollouts_per_prompt": float(k.mean()) if k.size else float("nan"),
         "k_hist": np.bincount(k).tolist() if k.size else [],
         "verifier_failures": int(sum(s.failures for s in scores)),
+        "verifier_errors": int(sum(s.errors.sum() for s in scores)),
+        "verifier_timeouts": int(sum(s.timeouts.sum() for s in scores)),
         "verifier_failures_total": c.verifier_failures,
         "no_answer_frac": float(np.mean(np.concatenate([s.no_answer for s in scores]))) if scores else float("nan"),
         "truncated_frac": float(np.mean(rollouts_all.truncated)) if len(rollouts_all) else float("nan"),

@@ -33,13 +33,15 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from v05._checks import error_line
 from v05.engines.hf import HFEngine
 from v05.priors import make_provider
+from v05.priors.guard import PriorGuard
 from v05.rewards import to_pass_rate
 from v05.tasks import make_task
 from v05.train.checkpoint import checkpoint_step, export_policy, restore_state, save_state
 from v05.train.compute import ComputeMeter
-from v05.train.config import TrainConfig, to_yaml
+from v05.train.config import TrainConfig, load_config, to_yaml
 from v05.train.evaluation import evaluate, step_metrics
 from v05.train.features import PolicyFeatureBackend
 from v05.train.policy import load_policy, set_cpu_threads
@@ -48,6 +50,7 @@ from v05.train.rundir import CONFIG, MetricsLog, atomic_write_text, latest_check
 from v05.train.schedule import LRSchedule
 from v05.train.state import Counters, state_from_json
 from v05.train.step import (
+    RolloutFailure,
     Sampler,
     check_overlong_buffer,
     concat_rollouts,
@@ -84,6 +87,38 @@ class TrainResult:
     rollouts_total: int
     eval_pass_rate: float
     interrupted: bool = False
+
+
+class RunStopped(RuntimeError):
+    """The run stopped on a fault it cannot work around (the message says which, and which checkpoint is intact).
+
+    Raised for: the rollout engine failing every retry (the step is not taken; a checkpoint of the last complete
+    step is written first), a checkpoint or metrics write that fails (a full disk, an unwritable run directory;
+    the previous checkpoint stays valid), an out-of-memory in the policy update (naming ``train.micro_batch_size``,
+    which a resume may change). ``--resume`` continues from the intact checkpoint.
+
+    Attributes:
+        step: the last complete step.
+        checkpoint: the step of the newest valid checkpoint (−1: none).
+    """
+
+    def __init__(self, message: str, *, step: int, checkpoint: int) -> None:
+        super().__init__(message)
+        self.step, self.checkpoint = step, checkpoint
+
+
+RESUME_MAY_CHANGE = ("train.micro_batch_size", "run.progress", "run.threads", "run.generate_retries",
+                     "run.retry_backoff_s")  # fmt: skip
+"""Config fields a resume may change: how the work is done, never what is computed (micro-batches accumulate the
+same gradient; after an out-of-memory the run resumes with smaller ones)."""
+
+
+def _is_out_of_memory(err: BaseException) -> bool:
+    """An allocation failure: torch's OutOfMemoryError (CUDA/MPS), MemoryError, or the CPU allocator's RuntimeError."""
+    if isinstance(err, torch.OutOfMemoryError | MemoryError):
+        return True
+    text = str(err).lower()
+    return isinstance(err, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text)
 
 
 @dataclass
@@ -126,6 +161,7 @@ def train(
     Raises:
         ValueError: a run already exists without ``resume``, a resume without a checkpoint or with another config,
             or bad task/model options.
+        RunStopped: a fault the run cannot work around (see :class:`RunStopped`); the last complete step is saved.
     """
     run_dir = Path(run_dir)
     ckpt = _prepare_run_dir(cfg, run_dir, resume)
@@ -155,6 +191,7 @@ def train(
     method = make_value_method(cfg, model)  # POISE's probe or PPO's critic; None for the registry's estimators
     recompute = recompute_old_logp(cfg, model, method)
     queue = _queue(cfg, len(pool))
+    guard = PriorGuard()  # the running mean that stands in when the provider raises or returns NaN
     est_state: Any = None
     alloc_state: Any = None
     c = Counters()
@@ -167,6 +204,8 @@ def train(
         est_state, alloc_state = state_from_json(state["estimator"]), state_from_json(state["allocator"])
         if provider is not None:
             provider.load_state_dict(state["provider"])
+        if state.get("prior_guard") is not None:  # absent in checkpoints written before the guard
+            guard.load_state_dict(state["prior_guard"])
         if method is not None:
             method.load_state_dict(state["method"] if "method" in state else tensors["method"])
         logger.info("resumed %s at step %d (%d rollouts)", run_dir, c.step, c.rollouts_total)
@@ -179,8 +218,23 @@ def train(
 
     def save() -> None:
         c.wall_time = time.perf_counter() - started
-        save_state(cfg, run_dir, c, model, optimizer, scheduler, engine, queue, est_state, alloc_state, provider,
-                   method)  # fmt: skip
+        try:
+            save_state(cfg, run_dir, c, model, optimizer, scheduler, engine, queue, est_state, alloc_state, provider,
+                       method, guard)  # fmt: skip
+        except OSError as err:  # a full disk, an unwritable run directory: the previous checkpoint is untouched
+            raise _stopped(f"the checkpoint of step {c.step} could not be written ({error_line(err)})") from err
+
+    def write(row: dict) -> None:
+        try:
+            metrics.write(row)
+        except OSError as err:
+            raise _stopped(f"metrics.jsonl could not be appended at step {row['step']} ({error_line(err)})") from err
+
+    def _stopped(reason: str) -> RunStopped:
+        ckpt_step = checkpoint_step(run_dir)
+        kept = f"the checkpoint of step {ckpt_step} is intact" if ckpt_step >= 0 else "no checkpoint was written"
+        logger.error("run stopped: %s; %s", reason, kept)
+        return RunStopped(f"{reason}; {kept}: fix the cause, then --resume", step=c.step, checkpoint=ckpt_step)
 
     try:
         if c.step == 0 and cfg.eval.at_start and ckpt is None:
@@ -188,7 +242,7 @@ def train(
                    "train_pass_rate": float("nan"), "wall_time": 0.0,
                    **evaluate(cfg, model, tokenizer, task, held_out, held_texts)}  # fmt: skip
             c.last_eval = row["eval_pass_rate"]
-            metrics.write(row)
+            write(row)
         while not _done(cfg, c):
             t_step = time.perf_counter()
             step = c.step + 1
@@ -196,15 +250,23 @@ def train(
             compute = ComputeMeter()
 
             # 1. the step's candidate prompts and their prior
+            queue_before = queue.state_dict()  # put back if the step cannot be taken
             idx = queue.take(_pool_size(cfg))
             t0 = time.perf_counter()
-            prior_v, n0 = predict_prior(cfg, provider, keys[idx], [prior_texts[i] for i in idx])  # reward scale
+            prior_v, n0, n_fallback = predict_prior(cfg, provider, guard, keys[idx], [prior_texts[i] for i in idx])
             timing["prior"] += time.perf_counter() - t0
 
-            # 2. rollouts: the allocator's rounds, each one generate + verify
-            sample = Sampler(engine, task, pool, texts, idx, timing, cfg.train.reward_range)
+            # 2. rollouts: the allocator's rounds, each one generate + verify (engine faults retried)
+            sample = Sampler(engine, task, pool, texts, idx, timing, cfg.train.reward_range,
+                             retries=cfg.run.generate_retries, backoff_s=cfg.run.retry_backoff_s)  # fmt: skip
             t0 = time.perf_counter()
-            alloc = run_allocation(cfg, step, idx, keys, prior_v, n0, alloc_state, sample)
+            try:
+                alloc = run_allocation(cfg, step, idx, keys, prior_v, n0, alloc_state, sample)
+            except RolloutFailure as err:  # the step is not taken: the state is the last complete step's
+                queue.load_state_dict(queue_before)
+                if checkpoint_step(run_dir) != c.step:
+                    save()
+                raise _stopped(f"step {step}: {err}") from err
             alloc_state = alloc.state
             sampled = np.flatnonzero(alloc.counts > 0)
             queue.give_back(idx[np.flatnonzero(alloc.counts == 0)])
@@ -238,12 +300,20 @@ def train(
                 if isinstance(method, CriticMethod):
                     head = method.head_terms(cfg, kept_rollouts, targets, compute)
                 _begin_schedule(cfg, scheduler, c, alloc.n_rollouts)
-                upd = update_policy(
-                    cfg, model, reference, optimizer, scheduler, kept_rollouts, group,
-                    est.advantages if advantages is None else advantages, compute=compute,
-                    recompute_old_logp=recompute, value_terms=head,
-                    value_optimizer=None if head is None else method.critic.optimizer,
-                )  # fmt: skip
+                try:
+                    upd = update_policy(
+                        cfg, model, reference, optimizer, scheduler, kept_rollouts, group,
+                        est.advantages if advantages is None else advantages, compute=compute,
+                        recompute_old_logp=recompute, value_terms=head,
+                        value_optimizer=None if head is None else method.critic.optimizer,
+                    )  # fmt: skip
+                except Exception as err:
+                    if not _is_out_of_memory(err):
+                        raise
+                    raise _stopped(
+                        f"step {step}: out of memory in the policy update ({error_line(err)}): lower "
+                        f"train.micro_batch_size (now {cfg.train.micro_batch_size}; a resume may change it)"
+                    ) from err
                 if isinstance(method, CriticMethod):
                     upd |= method.update(cfg, kept_rollouts, targets, compute)
                 _sync(engine, model)  # an engine with its own copy of the weights (vLLM) follows the update
@@ -252,7 +322,7 @@ def train(
             # 5. the prior learns this step's outcomes (every sampled prompt, kept or not)
             t0 = time.perf_counter()
             if provider is not None and sampled.size:
-                update_prior(cfg, provider, alloc, idx, keys, prior_texts, step)
+                update_prior(cfg, provider, guard, alloc, idx, keys, prior_texts, step)
             timing["prior"] += time.perf_counter() - t0
 
             # 6. bookkeeping, metrics, eval, checkpoint
@@ -272,10 +342,14 @@ def train(
                 value_g=value_g, compute=compute,
             )  # fmt: skip
             row["time/step"] = time.perf_counter() - t_step
+            row["engine_retries"] = sample.retried
+            if provider is not None:
+                row |= {"prior_fallbacks": n_fallback, "prior_fallbacks_total": guard.fallbacks,
+                        "prior_update_errors_total": guard.update_errors}  # fmt: skip
             if _eval_due(cfg, c, rollouts_before):
                 row |= evaluate(cfg, model, tokenizer, task, held_out, held_texts)
                 c.last_eval = row["eval_pass_rate"]
-            metrics.write(row)
+            write(row)
             if log is not None:
                 log(row)
             _advance(bar, c)
@@ -303,17 +377,40 @@ def _prepare_run_dir(cfg: TrainConfig, run_dir: Path, resume: bool) -> Path | No
         ckpt = latest_checkpoint(run_dir)
         if ckpt is None:
             raise ValueError(f"--resume: no checkpoint in {run_dir / 'checkpoints'} (start without --resume)")
-        saved = config_path.read_text(encoding="utf-8") if config_path.exists() else None
-        if saved is not None and saved != text:
-            raise ValueError(
-                f"--resume: the config differs from {config_path}; resume with the same config and overrides"
-            )
+        if config_path.exists():
+            changed = _config_changes(load_config(str(config_path)), cfg)
+            if set(changed) - set(RESUME_MAY_CHANGE):
+                raise ValueError(
+                    f"--resume: the config differs from {config_path} in {', '.join(sorted(changed))}; resume with "
+                    f"the same config and overrides (only {', '.join(RESUME_MAY_CHANGE)} may change)"
+                )
+            if changed:
+                logger.warning("resuming with %s changed", ", ".join(f"{k}={v!r}" for k, v in sorted(changed.items())))
+                atomic_write_text(config_path, text)
         return ckpt
     if (run_dir / "metrics.jsonl").exists() or (run_dir / "checkpoints").exists():
         raise ValueError(f"{run_dir} already holds a run: pass --resume to continue it, or choose another --out")
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(config_path, text)
     return None
+
+
+def _config_changes(saved: TrainConfig, cfg: TrainConfig) -> dict[str, Any]:
+    """Dotted field → new value for every leaf field where ``cfg`` differs from ``saved``.
+
+    A field added since the run was saved reads as its default, so it never counts as a change.
+    """
+    out: dict[str, Any] = {}
+
+    def walk(a: Any, b: Any, prefix: str) -> None:
+        if dataclasses.is_dataclass(a) and type(a) is type(b):
+            for f in dataclasses.fields(a):
+                walk(getattr(a, f.name), getattr(b, f.name), f"{prefix}{f.name}.")
+        elif a != b:
+            out[prefix[:-1]] = b
+
+    walk(saved, cfg, "")
+    return out
 
 
 def _engine(cfg: TrainConfig, model: Any, tokenizer: Any) -> Any:

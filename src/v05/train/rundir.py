@@ -142,21 +142,36 @@ def save_checkpoint(
     root.mkdir(parents=True, exist_ok=True)
     name = f"step_{step:06d}"
     tmp = root / f".tmp_{name}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
-    write_policy(tmp / "policy")
-    torch.save(dict(tensors), tmp / "tensors.pt")
-    atomic_write_text(tmp / "state.json", json.dumps(_jsonable(state)))
-    final = root / name
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
-    atomic_write_text(root / LATEST, name)
+    for stale in [*root.glob(".tmp_step_*"), *root.glob(".trash_step_*")]:  # left by a killed save or removal
+        shutil.rmtree(stale, ignore_errors=True)
+    try:
+        tmp.mkdir()
+        write_policy(tmp / "policy")
+        torch.save(dict(tensors), tmp / "tensors.pt")
+        atomic_write_text(tmp / "state.json", json.dumps(_jsonable(state)))
+        final = root / name
+        if final.exists():
+            _remove(final, root)
+        os.replace(tmp, final)
+        atomic_write_text(root / LATEST, name)
+    except BaseException:  # a full disk, an unwritable folder, a signal: the previous checkpoint stays as it was
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     done = sorted(p for p in root.glob("step_*") if p.is_dir())
     for old in done[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
+        _remove(old, root)
     return final
+
+
+def _remove(folder: Path, root: Path) -> None:
+    """Delete a checkpoint folder: renamed out of the ``step_*`` namespace first, then removed.
+
+    A kill mid-removal leaves a ``.trash_*`` folder (the next save removes it), never a half-deleted ``step_*``.
+    """
+    trash = root / f".trash_{folder.name}"
+    shutil.rmtree(trash, ignore_errors=True)
+    os.replace(folder, trash)
+    shutil.rmtree(trash, ignore_errors=True)
 
 
 def load_checkpoint(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -7,6 +7,7 @@ to the library's registry, allocators, prior providers and loss; :mod:`v05.train
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,10 +16,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from v05._checks import error_line
 from v05.allocation import allocate
 from v05.engines.hf import Rollouts
 from v05.groups import group_index
 from v05.priors import group_outcomes
+from v05.priors.guard import PriorGuard
 from v05.registry import estimate, get_allocator, get_estimator
 from v05.rewards import from_pm1, to_pm1
 from v05.train.compute import ComputeMeter
@@ -27,10 +30,21 @@ from v05.train.forward import prefix_rows, sequence_logprobs, shared_prefix_logp
 from v05.train.loss import loss_norm, overlong_shaping, policy_loss
 from v05.train.schedule import LRSchedule
 
+logger = logging.getLogger(__name__)
+
+
+class RolloutFailure(RuntimeError):
+    """The rollout engine raised on every try of one call (the loop stops the run cleanly)."""
+
 
 @dataclass
 class Sampler:
-    """The allocators' ``sample(ids, counts)`` for one step: generate, verify, keep the rollouts and scores."""
+    """The allocators' ``sample(ids, counts)`` for one step: generate, verify, keep the rollouts and scores.
+
+    A rollout-engine call that raises is retried ``retries`` times, after ``backoff_s``, 2·``backoff_s``, ... seconds
+    (a transient fault: a dropped inference server, a CUDA hiccup); then :class:`RolloutFailure`. Verifier faults
+    never reach here: :func:`v05.tasks.verify.score_batch` turns them into reward 0 with a flag.
+    """
 
     engine: Any
     task: Any
@@ -39,13 +53,16 @@ class Sampler:
     idx: np.ndarray  # (P,) train-pool index of each candidate prompt
     timing: dict[str, float]
     reward_range: str  # the scale the rewards are returned on (task rewards are in [0, 1])
+    retries: int = 0
+    backoff_s: float = 0.0
     draws: list[Any] = field(default_factory=list)
     scores: list[Any] = field(default_factory=list)
+    retried: int = 0  # engine calls retried this step
 
     def __call__(self, ids: np.ndarray, counts: np.ndarray) -> np.ndarray:
         """Sample ``counts`` rollouts of candidate prompts ``ids``; return their rewards on the run's scale."""
         t = time.perf_counter()
-        ro = self.engine.generate([self.texts[self.idx[i]] for i in ids], counts)
+        ro = self._generate([self.texts[self.idx[i]] for i in ids], counts)
         self.timing["generate"] += time.perf_counter() - t
         t = time.perf_counter()
         sc = self.task.score([self.pool[self.idx[ids[j]]] for j in ro.prompt_index], list(ro.texts))
@@ -54,16 +71,36 @@ class Sampler:
         self.scores.append(sc)
         return to_pm1(sc.rewards, "01") if self.reward_range == "pm1" else sc.rewards
 
+    def _generate(self, prompts: list[str], counts: np.ndarray) -> Any:
+        """``engine.generate`` with retries and exponential backoff; RolloutFailure once every try raised."""
+        for attempt in range(self.retries + 1):
+            try:
+                return self.engine.generate(prompts, counts)
+            except Exception as err:  # noqa: BLE001 - retried, then re-raised as RolloutFailure (never swallowed)
+                if attempt == self.retries:
+                    raise RolloutFailure(
+                        f"the rollout engine failed {attempt + 1} time(s) in a row ({error_line(err)})"
+                    ) from err
+                wait = self.backoff_s * 2**attempt
+                logger.warning("rollout engine raised (%s); retry %d of %d in %.1f s", error_line(err), attempt + 1,
+                               self.retries, wait)  # fmt: skip
+                self.retried += 1
+                time.sleep(wait)
+        raise AssertionError("unreachable")  # pragma: no cover
+
 
 def predict_prior(
-    cfg: TrainConfig, provider: Any, keys: np.ndarray, texts: list[str]
-) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """The prior on the run's reward scale and its pseudo-count per candidate prompt (None without a provider)."""
+    cfg: TrainConfig, provider: Any, guard: PriorGuard, keys: np.ndarray, texts: list[str]
+) -> tuple[np.ndarray | None, np.ndarray | None, int]:
+    """The prior on the run's reward scale and its pseudo-count per candidate prompt (None without a provider).
+
+    Also returns how many prompts the guard's running mean stood in for (the provider raised or returned NaN).
+    """
     if provider is None:
-        return None, None
-    pred = provider.predict([str(k) for k in keys], texts)
+        return None, None, 0
+    pred, n_fallback = guard.predict(provider, [str(k) for k in keys], texts)
     v = np.clip(np.asarray(pred.mean, np.float64), -1.0, 1.0)  # providers predict in ±1 space
-    return from_pm1(v, cfg.train.reward_range), np.asarray(pred.n0, np.float64)
+    return from_pm1(v, cfg.train.reward_range), np.asarray(pred.n0, np.float64), n_fallback
 
 
 def run_allocation(
@@ -158,14 +195,21 @@ def estimate_advantages(
 
 
 def update_prior(
-    cfg: TrainConfig, provider: Any, alloc: Any, idx: np.ndarray, keys: np.ndarray, texts: list[str], step: int
+    cfg: TrainConfig,
+    provider: Any,
+    guard: PriorGuard,
+    alloc: Any,
+    idx: np.ndarray,
+    keys: np.ndarray,
+    texts: list[str],
+    step: int,
 ) -> None:
-    """Feed every sampled prompt's ±1 mean score and rollout count to the provider."""
+    """Feed every sampled prompt's ±1 mean score and rollout count to the provider (and the guard's fallback)."""
     mask = alloc.counts[alloc.prompt] > 0
     group, pool_index = _group_index(alloc.prompt[mask])
     scores, counts = group_outcomes(alloc.rewards[mask], group, reward_range=cfg.train.reward_range)
     sel = idx[pool_index]
-    provider.update([str(k) for k in keys[sel]], [texts[i] for i in sel], scores, counts, step=step)
+    guard.update(provider, [str(k) for k in keys[sel]], [texts[i] for i in sel], scores, counts, step=step)
 
 
 def _group_index(prompt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -348,6 +392,7 @@ __all__ = [
     "check_overlong_buffer",
     "concat_rollouts",
     "estimate_advantages",
+    "RolloutFailure",
     "predict_prior",
     "run_allocation",
     "shape_rewards",
