@@ -11,8 +11,10 @@ post-processing does, and the actor's update/weight sync are recorders (no GPU, 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import importlib.util
 import inspect
+import json
 import logging
 import os
 import shlex
@@ -46,6 +48,8 @@ from v05.adapters.verl import (  # noqa: E402
 )
 from v05.estimators import PriorErrorState  # noqa: E402
 from v05.groups import group_index  # noqa: E402
+from v05.priors import group_outcomes  # noqa: E402
+from v05.priors.guard import PriorGuard  # noqa: E402
 from v05.registry import estimate  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -787,6 +791,77 @@ def test_prior_reads_the_problem_text(local_ray, tmp_path, monkeypatch):
         _problem_texts([{"index": 0}], [chat], VerlConfig(provider="v0"))
     assert _problem_texts([{"index": 0}], [chat], VerlConfig(provider="history")) == [chat]
     assert _problem_texts([{"problem": "p"}], [chat], VerlConfig(provider="v0", text_field="problem")) == ["p"]
+
+
+def test_prior_faults_fall_back_to_the_running_mean(local_ray, tmp_path, monkeypatch):
+    """Three steps of verl's fit loop with a faulty provider (history prior, OSLA): on step 1 its predict and its
+    update raise, on step 2 its first prompt's prediction is NaN. The loop goes on: step 1's priors are the guard's
+    running mean before any outcome (p = 0.5, all P prompts), step 2's first prompt gets the guard's running mean of
+    step 1's outcomes and the others the provider's; ``v05/prior_fallbacks`` reads P, 1, 0 and
+    ``v05/prior_update_errors`` 1, 1, 1; the actor's advantages are v05's on the attached priors, finite. The
+    checkpoint's v05_state.json restores the guard; one without its key (older) resumes with a fresh guard."""
+    from verl.trainer.ppo.v1 import trainer_base
+
+    logged = []
+    monkeypatch.setattr(trainer_base.Tracking, "log", lambda self, data, step, **kw: logged.append(dict(data)))
+    pass_rates = np.array([0.02, 0.98, 0.5, 0.9, 0.1, 0.7, 0.3, 0.95] * 2)
+    config = verl_config(*trainer_overrides(tmp_path, "v05"))
+    trainer, worker = build_trainer(config, local_ray, pass_rates)
+    provider, calls, predicted, steps = trainer.v05_provider, {"predict": 0, "update": 0}, [], []
+    predict, update, update_provider = provider.predict, provider.update, trainer._v05_update_provider
+
+    def faulty_predict(ids, texts, **kwargs):
+        calls["predict"] += 1
+        if calls["predict"] == 1:
+            raise RuntimeError("prior backend down")
+        pred = predict(ids, texts, **kwargs)
+        if calls["predict"] == 2:
+            pred = dataclasses.replace(pred, mean=np.where(np.arange(len(ids)) == 0, np.nan, pred.mean))
+        predicted.append((list(ids), pred))
+        return pred
+
+    def faulty_update(*args, **kwargs):
+        calls["update"] += 1
+        if calls["update"] == 1:
+            raise RuntimeError("prior store read-only")
+        return update(*args, **kwargs)
+
+    monkeypatch.setattr(provider, "predict", faulty_predict)
+    monkeypatch.setattr(provider, "update", faulty_update)
+    monkeypatch.setattr(trainer, "_v05_update_provider", lambda step: steps.append(step) or update_provider(step))
+    trainer.fit(AgentLoopManager(worker))
+
+    updates = trainer.actor_rollout_wg.updates
+    assert len(updates) == len(logged) == 3 and calls == {"predict": 3, "update": 3}
+    priors = []  # per step: v05_key → the prior (pass rate) its rollouts carried to the actor
+    for update_ in updates:
+        check_advantages(update_)
+        assert np.all(np.isfinite(update_["advantage"]))
+        priors.append({i["v05_key"]: i["v05_prior"] for i in update_["extra_info"] if "v05_key" in i})
+    assert set(priors[0].values()) == {0.5}  # the guard's running mean before any outcome: V = 0
+    shadow = PriorGuard()  # the guard's running mean learnt step 1's outcomes although the provider's update raised
+    scores, counts = group_outcomes(steps[0].rewards, steps[0].group, reward_range="pm1")
+    names = [str(g) for g in range(len(scores))]  # the running mean reads no keys
+    shadow.fallback.update(names, names, scores, counts)
+    ids, pred = predicted[0]  # step 2's prediction, NaN first
+    fallback_p = (shadow.fallback.predict(ids[:1], ids[:1]).mean[0] + 1) / 2
+    np.testing.assert_allclose(priors[1][ids[0]], fallback_p, atol=1e-12)
+    np.testing.assert_allclose([priors[1][k] for k in ids[1:]], (pred.mean[1:] + 1) / 2, atol=1e-12)
+    assert [m["v05/prior_fallbacks"] for m in logged] == [P, 1, 0]
+    assert [m["v05/prior_update_errors"] for m in logged] == [1, 1, 1]
+    guard = trainer.v05_prior_guard
+    assert (guard.fallbacks, guard.predict_errors, guard.update_errors) == (P + 1, 1, 1)
+
+    saved = tmp_path / "global_step_3" / "v05_state.json"
+    state = json.loads(saved.read_text())
+    assert state["prior_guard"] == json.loads(json.dumps(guard.state_dict()))
+    resumed, _ = build_trainer(verl_config(*trainer_overrides(tmp_path, "v05")), local_ray, pass_rates)
+    resumed._load_checkpoint()
+    assert resumed.v05_prior_guard.state_dict() == guard.state_dict()
+    saved.write_text(json.dumps({k: v for k, v in state.items() if k != "prior_guard"}))
+    older, _ = build_trainer(verl_config(*trainer_overrides(tmp_path, "v05")), local_ray, pass_rates)
+    older._load_checkpoint()
+    assert older.v05_prior_guard.state_dict() == PriorGuard().state_dict()
 
 
 def test_osla_refuses_parameter_sync_step(tmp_path):

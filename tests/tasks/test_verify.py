@@ -1,3 +1,4 @@
+import inspect
 import logging
 import signal
 import threading
@@ -10,7 +11,7 @@ from hypothesis import strategies as st
 
 from v05.tasks import verify
 from v05.tasks.base import Prompt
-from v05.tasks.verify import call_with_timeout, extract_answer, score_batch
+from v05.tasks.verify import ScoreFaults, call_with_timeout, extract_answer, finite_reward, guard_score, score_batch
 
 P = Prompt("t:1", "1+1", "2")
 
@@ -189,3 +190,94 @@ def test_score_batch_checks_lengths():
     """One prompt per rollout: unequal lengths are a ValueError."""
     with pytest.raises(ValueError, match="equal lengths"):
         score_batch(lambda p, a: 1.0, [P], ["1", "2"], timeout_s=None)
+
+
+def test_guard_score_maps_each_fault_to_zero_and_counts_it(caplog):
+    """A raise, a 2 s hang (timeout 0.2 s), and non-finite or non-numeric results (NaN, inf, None, a string, a list)
+    all give 0.0 and one count of their kind; finite numbers (bools and numpy scalars too) pass through as floats,
+    ±1 rewards included; each fault is logged at DEBUG; the timer is left off."""
+
+    def scorer(kind, *, scale=1.0):
+        if kind == "raise":
+            raise KeyError("boom")
+        if kind == "hang":
+            time.sleep(2.0)
+        return {"one": scale, "neg": -1, "true": True, "np": np.float32(0.25), "nan": float("nan"),
+                "inf": float("inf"), "none": None, "str": "1", "list": [1.0]}[kind]  # fmt: skip
+
+    guarded = guard_score(scorer, timeout_s=0.2)
+    start = time.monotonic()
+    with caplog.at_level(logging.DEBUG, logger="v05.tasks.verify"):
+        got = [guarded(k) for k in ("one", "neg", "true", "np", "raise", "hang", "nan", "inf", "none", "str", "list")]
+    assert time.monotonic() - start < 0.2 + 0.5
+    assert got == [1.0, -1.0, 1.0, 0.25, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+    assert all(type(r) is float for r in got)
+    assert (guarded.faults.errors, guarded.faults.timeouts, guarded.faults.garbage) == (1, 1, 5)
+    assert guarded.faults.total == 7
+    assert sum(r.levelno == logging.DEBUG and "scorer scorer" in r.getMessage() for r in caplog.records) == 7
+    assert guarded("one", scale=0.5) == 0.5  # keyword arguments pass through
+    assert guarded.score("raise") == (0.0, "error") and guarded.score("one") == (1.0, None)
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
+def test_guard_score_keeps_the_name_and_signature_and_shares_counts():
+    """The wrapper looks like the scorer (name, signature); scorers built with one ScoreFaults count into it; reset
+    zeroes it. A timeout of None never times out; a non-positive one is refused at construction."""
+
+    def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+        return float(solution_str == ground_truth)
+
+    faults = ScoreFaults()
+    a = guard_score(compute_score, timeout_s=1.0, faults=faults)
+    b = guard_score(lambda: 1 / 0, timeout_s=None, faults=faults)
+    assert a.__name__ == "compute_score"
+    assert list(inspect.signature(a).parameters) == ["data_source", "solution_str", "ground_truth", "extra_info"]
+    assert a("d", "7", "7") == 1.0 and a("d", "7") == 0.0 and b() == 0.0  # a missing argument is an error too
+    assert (faults.errors, faults.timeouts, faults.garbage) == (2, 0, 0)
+    faults.reset()
+    assert faults.total == 0
+    for bad in (0, -1.0, float("nan"), float("inf"), True):
+        with pytest.raises(ValueError, match="timeout_s"):
+            guard_score(compute_score, timeout_s=bad)
+
+
+def test_guard_score_lets_interrupts_and_outer_deadlines_through():
+    """KeyboardInterrupt is not a scorer fault, and an outer call_with_timeout's deadline still fires."""
+
+    def interrupt():
+        raise KeyboardInterrupt
+
+    guarded = guard_score(interrupt, timeout_s=1.0)
+    with pytest.raises(KeyboardInterrupt):
+        guarded()
+    assert guarded.faults.total == 0
+    slow = guard_score(time.sleep, timeout_s=5.0)
+    with pytest.raises(TimeoutError):
+        call_with_timeout(slow, 5.0, timeout_s=0.2)
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
+def test_guard_score_counts_are_thread_safe():
+    """Off the main thread (no timer) faults are still zero rewards; 4 threads × 500 raising calls count 2000."""
+    guarded = guard_score(lambda: 1 / 0, timeout_s=None)
+
+    def worker():
+        for _ in range(500):
+            assert guarded() == 0.0
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert guarded.faults.errors == 2000
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(1, 1.0), (False, 0.0), (np.int64(3), 3.0), (np.float64(-0.5), -0.5), (float("nan"), None),
+     (float("-inf"), None), (10**400, None), (None, None), ("0.5", None), (np.array([1.0]), None)],
+)  # fmt: skip
+def test_finite_reward(value, expected):
+    """Finite real numbers become floats; NaN, ±inf, ints too large for a float and non-numbers become None."""
+    assert finite_reward(value) == expected

@@ -36,6 +36,15 @@ Deviations from TRL and limits:
 - Evaluation batches use the prior but do not update it or the estimator state. A checkpoint without
   ``v05_state.json`` (e.g. saved by plain TRL) resumes with a fresh provider and estimator state, with a warning.
 
+Faults, as in v05's trainer: a prior provider whose ``predict`` raises or returns NaN/out-of-range values is
+replaced, for those prompts and that batch, by the running mean of :class:`v05.priors.guard.PriorGuard` (its
+``update`` raising is logged and the step goes on); ``v05/prior_fallbacks`` counts the batch's replaced prompts and
+``v05/prior_update_errors`` the failed updates so far; the guard's state is checkpointed beside the provider's.
+With ``v05_reward_timeout_s`` set (the default), each synchronous reward function runs behind
+:func:`v05.tasks.verify.call_with_timeout`: a call that raises or times out scores its whole batch 0.0, an element
+that is neither None nor a finite number scores 0.0, and ``v05/verifier_errors`` / ``v05/verifier_timeouts`` count
+the rollouts so scored (garbage counts as an error, as in v05's trainer). None stays TRL's "not applicable".
+
 TRL workarounds (TRL 1.16 + transformers 5): TRL defaults ``gradient_checkpointing=True``, a deprecated alias that
 warns and recomputes activations — pass :func:`no_checkpointing_args` on small models. A tokenizer without a
 chat template (the char-level tiny model) takes plain-string prompts (a ``"prompt"`` column of str). TRL seeds the
@@ -46,8 +55,11 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import inspect
 import json
+import logging
+import math
 import os
 import random
 import time
@@ -64,13 +76,19 @@ from packaging.version import InvalidVersion, Version
 from transformers import TrainerCallback
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+from trl.trainer.utils import get_callable_name, is_async_callable
 
+from v05._checks import error_line
 from v05._types import FloatArray, IntArray
 from v05.estimators import Estimate
 from v05.priors import PROVIDERS, Calibration, group_outcomes, make_provider
+from v05.priors.guard import PriorGuard
 from v05.registry import ALLOCATORS, ESTIMATORS, EstimatorSpec, estimate, get_estimator
 from v05.tasks.base import prompt_key
+from v05.tasks.verify import ScoreFault, ScoreFaults, call_with_timeout, finite_reward
 from v05.train.state import state_from_json, state_to_json
+
+logger = logging.getLogger(__name__)
 
 SUPPORTED_TRL = ">=1.16,<2"
 """TRL versions this adapter supports (it wraps private ``GRPOTrainer`` methods; tested on 1.16.0)."""
@@ -130,6 +148,9 @@ class V05GRPOConfig(trl.GRPOConfig):
         v05_feed_n0: give the provider's pseudo-count n0 to estimators with an ``n0`` option (``v05_eb``) unless
             ``v05_estimator_options`` fixes ``n0``.
         v05_allocator: only ``"fixed"``: TRL samples K = ``num_generations`` rollouts for every prompt.
+        v05_reward_timeout_s: seconds each call of a synchronous reward function may take; with it set, a call
+            that raises or times out scores 0.0 and a non-finite element scores 0.0, counted (module docstring).
+            None: no guard (TRL's behaviour: an exception stops training).
         scale_rewards: TRL's name for the estimator's scaling, ``"group"`` for ``scale="group_std"`` and ``"none"``
             otherwise. Unset (``None``) takes that value; a value that contradicts the estimator raises. Prior-fusion
             and history estimators (``v05``, ``v05_eb``, ``dbb``) are never group-std scaled, so they get ``"none"``.
@@ -137,7 +158,8 @@ class V05GRPOConfig(trl.GRPOConfig):
     Raises:
         ValueError: an unsupported TRL, an allocator other than ``fixed``, unknown estimator/prior/option names (the
             valid ones are listed), a prior-fusion estimator without a prior, ``scale_rewards`` that contradicts
-            the estimator, or ``multi_objective_aggregation="normalize_then_sum"``.
+            the estimator, ``multi_objective_aggregation="normalize_then_sum"``, or a ``v05_reward_timeout_s``
+            that is not a positive number of seconds.
 
     >>> V05GRPOConfig(output_dir="/tmp/v05-doc", use_cpu=True, report_to=[]).scale_rewards
     'none'
@@ -155,6 +177,10 @@ class V05GRPOConfig(trl.GRPOConfig):
     )
     v05_feed_n0: bool = field(default=True, metadata={"help": "Give the provider's n0 to estimators with an n0."})
     v05_allocator: str = field(default="fixed", metadata={"help": "Only 'fixed' (TRL's K per prompt)."})
+    v05_reward_timeout_s: float | None = field(
+        default=30.0,
+        metadata={"help": "Per-call timeout (s) of the guarded reward functions; None: unguarded (TRL's behaviour)."},
+    )
     scale_rewards: str | None = field(  # type: ignore[assignment]
         default=None,
         metadata={"help": "TRL's name for the v05 estimator's scaling ('group' or 'none'); unset follows it."},
@@ -190,6 +216,11 @@ class V05GRPOConfig(trl.GRPOConfig):
                 "the reward)"
             )
         self._resolve_scale(spec)
+        timeout = self.v05_reward_timeout_s
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout < math.inf
+        ):
+            raise ValueError(f"v05_reward_timeout_s must be a positive number of seconds or None, got {timeout!r}")
 
     def _check_options(self, spec: EstimatorSpec) -> None:
         options = dict(self.v05_estimator_options or {})
@@ -263,6 +294,69 @@ class _Recorded:
     keys: list[str]  # (N,) gathered
     texts: list[str]  # (N,) gathered
     n_local: int
+    verifier_faults: tuple[int, int] | None = None  # (errors incl. garbage, timeouts) summed over processes
+
+
+class _GuardedReward:
+    """A synchronous TRL reward function that never raises or hangs (module docstring, "Faults").
+
+    ``fn(prompts, completions, **kwargs) -> list[float | None]`` runs behind ``call_with_timeout`` (the main thread,
+    where TRL calls reward functions); a raise or a timeout gives every rollout 0.0, a result that is not a list of
+    one value per rollout gives every rollout 0.0 (garbage), and each element that is neither None nor a finite
+    number gives 0.0 (garbage). ``faults`` counts rollouts; the first fault of each kind is logged at WARNING.
+    """
+
+    def __init__(self, fn: Callable[..., Any], timeout_s: float) -> None:
+        functools.update_wrapper(self, fn)
+        self.__name__ = get_callable_name(fn)  # TRL names the reward's metrics after it
+        self.fn, self.timeout_s, self.faults = fn, timeout_s, ScoreFaults()
+        self._warned: set[str] = set()
+
+    def __call__(self, prompts: Any, completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
+        n = len(completions)
+        call = functools.partial(self.fn, prompts=prompts, completions=completions, **kwargs)
+        try:
+            out = call_with_timeout(call, timeout_s=self.timeout_s)
+        except TimeoutError:
+            return self._zeros("timeout", n, f"ran past its {self.timeout_s} s timeout")
+        except Exception as err:  # any reward-function bug is a zero reward, never a crashed run
+            return self._zeros("error", n, f"raised {error_line(err)}")
+        if isinstance(out, str | bytes) or not isinstance(out, Sequence | np.ndarray) or len(out) != n:
+            return self._zeros("garbage", n, f"returned {type(out).__name__}, not a list of {n} rewards")
+        rewards: list[float | None] = []
+        for value in out:
+            reward = None if value is None else finite_reward(value)
+            if value is not None and reward is None:
+                self._fault("garbage", 1, f"returned {value!r}, not a finite number or None")
+            rewards.append(None if value is None else (0.0 if reward is None else reward))
+        return rewards
+
+    def _zeros(self, fault: ScoreFault, n: int, what: str) -> list[float | None]:
+        self._fault(fault, n, what)
+        return [0.0] * n
+
+    def _fault(self, fault: ScoreFault, n: int, what: str) -> None:
+        self.faults.add(fault, n)
+        level = logging.DEBUG if fault in self._warned else logging.WARNING
+        self._warned.add(fault)
+        logger.log(level, "reward function %s %s: reward 0.0, counted in v05/verifier_*", self.__name__, what)
+
+
+def _guard_rewards(reward_funcs: Any, timeout_s: float | None) -> Any:
+    """``reward_funcs`` with each synchronous callable wrapped in :class:`_GuardedReward` (timeout_s None: as given).
+
+    Reward models (``nn.Module``, model ids) and async functions are left as they are: the SIGALRM timeout cannot
+    reach TRL's async event-loop thread.
+    """
+    if timeout_s is None or reward_funcs is None:
+        return reward_funcs
+    funcs = reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]
+    return [
+        _GuardedReward(f, timeout_s)
+        if callable(f) and not isinstance(f, torch.nn.Module | _GuardedReward) and not is_async_callable(f)
+        else f
+        for f in funcs
+    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,6 +366,8 @@ class _Shared:
     prior: FloatArray | None  # (G,) 0/1 scale
     estimate: Estimate  # advantages (N,) and the estimator state after the batch
     calibration: Calibration | None  # the provider's, after its update (for the v05/prior_* metrics)
+    prior_fallbacks: int = 0  # prompts of this batch the guard's running mean stood in for
+    prior_update_errors: int = 0  # failed provider updates so far
 
 
 class V05GRPOTrainer(trl.GRPOTrainer):
@@ -282,11 +378,14 @@ class V05GRPOTrainer(trl.GRPOTrainer):
     estimator state are broadcast to the other processes. ``v05/*`` metrics go to TRL's own
     metric log (``v05/zero_adv_frac``, ``v05/adv_abs_mean``, and when defined ``v05/mean_weight``,
     ``v05/reject_rate``, ``v05/n0``, ``v05/prior_mean``, ``v05/prior_tau2``, ``v05/prior_auc``, ``v05/prior_n0``,
-    ``v05/prior_n``). The override point, the multi-process layout and checkpoints: module docstring.
+    ``v05/prior_n``, ``v05/prior_fallbacks``, ``v05/prior_update_errors``, and with ``v05_reward_timeout_s`` set
+    ``v05/verifier_errors``, ``v05/verifier_timeouts``). The override point, the multi-process layout, checkpoints
+    and the fault guards: module docstring.
 
     Attributes:
         v05_provider: the prior provider on the main process; None on the other processes (they receive its
             prediction) and for estimators without a prior.
+        v05_prior_guard: the :class:`~v05.priors.guard.PriorGuard` around ``v05_provider`` (None when it is None).
         v05_state: the estimator state carried across steps (``v05_eb``, ``dbb``), else None; the main process's,
             broadcast, so the same on every process.
         v05_last_batch: a :class:`V05Batch` for the latest generation batch (None before the first).
@@ -303,7 +402,8 @@ class V05GRPOTrainer(trl.GRPOTrainer):
 
         Args:
             model: as ``trl.GRPOTrainer``.
-            reward_funcs: as ``trl.GRPOTrainer``; their weighted sum must lie in [0, 1].
+            reward_funcs: as ``trl.GRPOTrainer``; their weighted sum must lie in [0, 1]. With
+                ``args.v05_reward_timeout_s`` set, the synchronous callables are guarded (module docstring).
             args: a :class:`V05GRPOConfig` (required).
             **kwargs: passed to ``trl.GRPOTrainer`` (``train_dataset``, ``processing_class``, ``callbacks``, ...).
 
@@ -315,19 +415,34 @@ class V05GRPOTrainer(trl.GRPOTrainer):
             raise ValueError(f"V05GRPOTrainer needs args=V05GRPOConfig(...), got {type(args).__name__}")
         self.v05_spec = get_estimator(args.v05_estimator)
         self.v05_provider = None
+        self.v05_prior_guard: PriorGuard | None = None
         if self.v05_spec.uses_prior and args.v05_prior is not None and args.process_index == 0:
             self.v05_provider = make_provider(args.v05_prior, **args.v05_prior_options)  # main process only
+            self.v05_prior_guard = PriorGuard()
         self.v05_state: object | None = None
         self.v05_last_batch: V05Batch | None = None
         self._v05_recorded: _Recorded | None = None
-        super().__init__(model, reward_funcs, args, **kwargs)
+        super().__init__(model, _guard_rewards(reward_funcs, args.v05_reward_timeout_s), args, **kwargs)
 
     def _calculate_rewards(self, inputs: Any, prompts: Any, completions: Any, completion_ids_list: Any) -> Any:
-        """TRL's gathered rewards (unchanged); also records the gathered prompt keys and texts for v05."""
+        """TRL's gathered rewards (unchanged); also records the gathered prompt keys, texts and verifier faults.
+
+        The fault counts (rollouts scored 0.0 by the guarded reward functions) are summed over processes.
+        """
+        guarded = [f for f in self.reward_funcs if isinstance(f, _GuardedReward)]
+        for f in guarded:
+            f.faults.reset()
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         texts = [_prompt_text(p) for p in prompts]
         keys = [_row_key(row, text) for row, text in zip(inputs, texts, strict=True)]
-        self._v05_recorded = _Recorded(rewards_per_func, gather_object(keys), gather_object(texts), len(prompts))
+        faults = None
+        if guarded:
+            local = (sum(f.faults.errors + f.faults.garbage for f in guarded), sum(f.faults.timeouts for f in guarded))
+            every = gather_object([local])  # (processes,) of (errors, timeouts)
+            faults = (sum(e for e, _ in every), sum(t for _, t in every))
+        self._v05_recorded = _Recorded(
+            rewards_per_func, gather_object(keys), gather_object(texts), len(prompts), faults
+        )
         return rewards_per_func
 
     def _generate_and_score_completions(self, inputs: Any) -> Any:
@@ -363,7 +478,7 @@ class V05GRPOTrainer(trl.GRPOTrainer):
         shared = self._v05_from_main(lambda: self._v05_compute(rewards, group, keys_g, texts_g, mode))
         if mode == "train" and self.v05_spec.stateful:
             self.v05_state = shared.estimate.state
-        self._v05_log(mode, shared, group)
+        self._v05_log(mode, shared, group, recorded.verifier_faults)
         engine = self._v05_swap_logged_advantages(shared.estimate.advantages)
         return V05Batch(mode, tuple(keys_g), rewards, group, shared.prior, shared.estimate, engine, process_slice)
 
@@ -373,9 +488,9 @@ class V05GRPOTrainer(trl.GRPOTrainer):
         """Prior → estimator → prior update on the whole batch (the main process's provider and state)."""
         spec, args = self.v05_spec, self.args
         options: dict[str, Any] = dict(args.v05_estimator_options)
-        prior = None
-        if self.v05_provider is not None:
-            pred = self.v05_provider.predict(list(keys_g), list(texts_g))
+        prior, guard, n_fallback = None, self.v05_prior_guard, 0
+        if self.v05_provider is not None and guard is not None:
+            pred, n_fallback = guard.predict(self.v05_provider, list(keys_g), list(texts_g))
             prior = np.clip((np.asarray(pred.mean, np.float64) + 1.0) / 2.0, 0.0, 1.0)  # (G,) ±1 → 0/1
             if "n0" in spec.options and args.v05_feed_n0 and "n0" not in options:
                 options["n0"] = np.asarray(pred.n0, np.float64)
@@ -386,11 +501,13 @@ class V05GRPOTrainer(trl.GRPOTrainer):
         if "step" in spec.options:
             options["step"] = int(self.state.global_step)
         est = estimate(args.v05_estimator, rewards, group, prior=prior, reward_range="01", **options)
-        if mode == "train" and self.v05_provider is not None:
+        if mode == "train" and self.v05_provider is not None and guard is not None:
             scores, counts = group_outcomes(rewards, group, reward_range="01")
-            self.v05_provider.update(list(keys_g), list(texts_g), scores, counts, step=int(self.state.global_step))
+            step = int(self.state.global_step)
+            guard.update(self.v05_provider, list(keys_g), list(texts_g), scores, counts, step=step)
         calibration = self.v05_provider.calibration() if self.v05_provider is not None else None
-        return _Shared(prior, est, calibration)
+        update_errors = guard.update_errors if guard is not None else 0
+        return _Shared(prior, est, calibration, n_fallback, update_errors)
 
     def _v05_from_main(self, compute: Callable[[], _Shared]) -> _Shared:
         """``compute()`` on the main process, broadcast to the others; an error there is raised on every process.
@@ -414,7 +531,7 @@ class V05GRPOTrainer(trl.GRPOTrainer):
             raise RuntimeError(f"the main process failed to compute the v05 advantages: {payload[0]}")
         return payload[0]
 
-    def _v05_log(self, mode: str, shared: _Shared, group: IntArray) -> None:
+    def _v05_log(self, mode: str, shared: _Shared, group: IntArray, verifier_faults: tuple[int, int] | None) -> None:
         metrics, est = self._metrics[mode], shared.estimate
         moved_g = np.bincount(group, weights=(np.abs(est.advantages) > 1e-12).astype(np.float64))  # (G,)
         metrics["v05/zero_adv_frac"].append(float(np.mean(moved_g == 0)))
@@ -426,6 +543,12 @@ class V05GRPOTrainer(trl.GRPOTrainer):
             metrics["v05/prior_mean"].append(float(np.mean(shared.prior)))
             for name in ("tau2", "auc", "n0", "n"):
                 metrics[f"v05/prior_{name}"].append(float(getattr(shared.calibration, name)))
+        if shared.prior is not None:
+            metrics["v05/prior_fallbacks"].append(float(shared.prior_fallbacks))
+            metrics["v05/prior_update_errors"].append(float(shared.prior_update_errors))
+        if verifier_faults is not None:
+            metrics["v05/verifier_errors"].append(float(verifier_faults[0]))
+            metrics["v05/verifier_timeouts"].append(float(verifier_faults[1]))
 
     def _v05_swap_logged_advantages(self, advantages: FloatArray) -> FloatArray | None:
         """Put v05's advantages in TRL's completion log; return TRL's (the log's tail) if it held them all."""
@@ -438,7 +561,7 @@ class V05GRPOTrainer(trl.GRPOTrainer):
         return engine
 
     def _save_checkpoint(self, model: Any, trial: Any) -> None:
-        """TRL's checkpoint, plus the provider and estimator states in ``v05_state.json`` (main process)."""
+        """TRL's checkpoint, plus the provider, prior-guard and estimator states in ``v05_state.json`` (main rank)."""
         super()._save_checkpoint(model, trial)
         if not self.args.should_save:
             return
@@ -448,6 +571,7 @@ class V05GRPOTrainer(trl.GRPOTrainer):
             "prior": self.args.v05_prior if self.v05_provider is not None else None,
             "estimator_state": state_to_json(self.v05_state),
             "provider": self.v05_provider.state_dict() if self.v05_provider is not None else None,
+            "prior_guard": self.v05_prior_guard.state_dict() if self.v05_prior_guard is not None else None,
         }
         path = os.path.join(folder, STATE_FILE)
         with open(f"{path}.tmp", "w", encoding="utf-8") as fh:
@@ -485,6 +609,9 @@ class V05GRPOTrainer(trl.GRPOTrainer):
                     "resume with the prior it was saved with"
                 )
             self.v05_provider.load_state_dict(state["provider"])
+            self.v05_prior_guard = PriorGuard()  # a checkpoint from before the guard resumes with a fresh one
+            if state.get("prior_guard") is not None:
+                self.v05_prior_guard.load_state_dict(state["prior_guard"])
 
 
 def _weighted_rewards(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> FloatArray:

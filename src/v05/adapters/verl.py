@@ -36,6 +36,8 @@ Extension points (verl 0.9.1):
   ``v05_reinforce_pp_baseline``) work in any verl trainer; ``v05``, ``v05_eb`` and ``v05_dbb`` raise.
 - ``trainer.ppo.v1.register_trainer`` (v1/trainer_base.py:1999): the ``v05`` trainer mode,
   :mod:`v05.adapters.verl_trainer` (priors from a provider, OSLA rounds, ``v05/*`` metrics).
+- ``reward.custom_reward_function`` (trainer/ppo/reward.py:50): :func:`guarded_compute_score`, verl's scorer (or
+  any other) behind a timeout, so that a verifier that raises, hangs or returns garbage gives a fault reward.
 
 Configuration: Hydra keys under ``+algorithm.v05.*`` (:class:`VerlConfig`); verl passes ``algorithm`` to every
 estimator call. Estimator state (``v05_eb``'s τ² window, ``dbb``'s history) lives on the registered object across steps.
@@ -45,11 +47,14 @@ Deviations: v05's singleton rule (advantage 0; verl: A = r), and ``v05_reinforce
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import functools
+import inspect
 import logging
 import math
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from importlib.metadata import entry_points
 from typing import Any, Literal
@@ -60,6 +65,8 @@ import verl
 from omegaconf import DictConfig, OmegaConf
 from packaging.version import InvalidVersion, Version
 from verl.trainer.ppo import core_algos
+from verl.utils.import_utils import load_extern_object
+from verl.utils.reward_score import default_compute_score
 
 from v05._checks import REWARD_RANGES, RewardRange, reward_range_text
 from v05._types import FloatArray, IntArray
@@ -67,6 +74,7 @@ from v05.estimators import Estimate
 from v05.groups import group_index
 from v05.priors import PROVIDERS
 from v05.registry import ESTIMATORS, estimate, get_estimator
+from v05.tasks.verify import ScoreFaults, finite_reward
 
 logger = logging.getLogger(__name__)
 
@@ -84,6 +92,8 @@ PLUGIN_GROUP, PLUGIN_NAME, PLUGIN_MODULE = "verl.plugins", "v05", "v05.adapters.
 """verl's entry-point group, v05's entry in it and the module it names (pyproject.toml
 ``[project.entry-points."verl.plugins"]``; :mod:`v05.adapters.verl_plugin` imports this module, loudly)."""
 _ADAPTER_OPTIONS = ("state", "prompt_ids", "step", "prior", "mu")  # filled by the adapter, never by the user
+VERIFIER_FAULTS = ScoreFaults()
+"""This process's counts of :func:`guarded_compute_score` calls that gave the fault reward (errors count garbage)."""
 
 
 def verl_name(estimator: str) -> str:
@@ -557,6 +567,109 @@ def register(*, trainer: bool = True) -> tuple[str, ...]:
     return tuple(VERL_ESTIMATORS)
 
 
+async def guarded_compute_score(
+    data_source: str,
+    solution_str: str,
+    ground_truth: object,
+    extra_info: dict[str, Any] | None = None,
+    *,
+    score_fn: str | None = None,
+    timeout_s: float | None = 30.0,
+    fault_score: float = 0.0,
+    **kwargs: Any,
+) -> dict[str, Any]:
+    """A verl ``compute_score`` that never raises or hangs: a fault gives ``fault_score``, flagged and counted.
+
+        result = {"score": s, "acc": s} ∪ flags        if score_fn returned a finite number s in time
+               = score_fn's dict ∪ flags               if it returned a dict whose "score" is a finite number
+               = {"score": fault_score, ...} ∪ flags    if it raised, ran past ``timeout_s`` or returned anything else
+
+    flags are ``v05_verifier_error`` (raised or garbage, as v05's trainer counts them) and ``v05_verifier_timeout``,
+    0.0 or 1.0; verl keeps the dict's items as the rollout's ``reward_extra_info`` (generation dumps, validation
+    metrics ``val-aux/<source>/v05_verifier_error/mean@k``), and :data:`VERIFIER_FAULTS` counts the faults of the
+    process. A fault's dict has the keys of this process's latest good result (values None, ``acc`` = the fault
+    score), so every rollout reports the same keys (``acc``, as verl's reward managers report a plain score).
+    This is :func:`v05.tasks.verify.guard_score`'s contract with an asyncio deadline instead of SIGALRM: verl's
+    reward managers await a coroutine function directly but run a plain one in a worker thread, where no signal
+    can stop it. A timed-out synchronous scorer keeps its executor thread until it returns (Python cannot kill a
+    thread): many hung calls fill the executor and later calls then time out while they queue.
+
+    Enable it with verl's custom reward function (reward managers ``naive``, ``dapo``, ``limited``)::
+
+        reward.custom_reward_function.path=pkg://v05.adapters.verl
+        reward.custom_reward_function.name=guarded_compute_score
+        +reward.custom_reward_function.reward_kwargs.timeout_s=30                # optional; null: no deadline
+        +reward.custom_reward_function.reward_kwargs.fault_score=-1.0            # e.g. for DAPO's ±1 scorer
+        +reward.custom_reward_function.reward_kwargs.score_fn=/path/to/my_reward.py:compute_score   # optional
+
+    Args:
+        data_source: verl's ``data_source`` of the rollout's prompt.
+        solution_str: the decoded rollout.
+        ground_truth: the prompt's ``reward_model.ground_truth``.
+        extra_info: the prompt's ``extra_info``.
+        score_fn: ``"<module path>:<name>"`` of the scorer, in verl's module-path form (``pkg://pkg.module`` or a
+            file path); None: verl's ``default_compute_score``. Sync or async; called with the four arguments above
+            as keywords plus ``kwargs``.
+        timeout_s: seconds allowed per call (> 0), or None for no deadline.
+        fault_score: the reward of a fault: 0.0 (a failure on a 0/1 scale); use -1.0 with ±1 scorers.
+        **kwargs: passed on to the scorer (verl adds ``reward_router_address`` etc. when it has a reward model).
+
+    Returns:
+        The reward dict verl's reward managers read (``"score"`` is the reward).
+
+    Raises:
+        ValueError: ``timeout_s`` not positive, or ``score_fn`` not of the form ``"<module path>:<name>"``.
+    """
+    if timeout_s is not None and (isinstance(timeout_s, bool) or not 0 < timeout_s < math.inf):
+        raise ValueError(f"timeout_s must be a positive number of seconds or null, got {timeout_s!r}")
+    fn = _load_score_fn(score_fn)
+    call = functools.partial(fn, data_source=data_source, solution_str=solution_str, ground_truth=ground_truth,
+                             extra_info=extra_info, **kwargs)  # fmt: skip
+    try:
+        if inspect.iscoroutinefunction(fn):
+            result = await asyncio.wait_for(call(), timeout_s)
+        else:  # as verl's reward managers run a plain scorer: in the loop's executor
+            result = await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(None, call), timeout_s)
+    except TimeoutError:  # asyncio.TimeoutError is TimeoutError on Python ≥ 3.11
+        logger.debug("scorer %s timed out after %s s on data_source %s", score_fn, timeout_s, data_source)
+        return _fault_dict("timeout", score_fn, fault_score)
+    except Exception as err:  # any scorer bug is a fault reward, never a crashed run
+        logger.debug("scorer %s raised on data_source %s: %r", score_fn, data_source, err)
+        return _fault_dict("error", score_fn, fault_score)
+    score = finite_reward(result.get("score") if isinstance(result, Mapping) else result)
+    if score is None:  # garbage, counted as an error (v05's trainer)
+        logger.debug("scorer %s returned %r on data_source %s, not a finite score", score_fn, result, data_source)
+        return _fault_dict("error", score_fn, fault_score)
+    out = {**result, "score": score} if isinstance(result, Mapping) else {"score": score, "acc": score}
+    _LAST_KEYS[score_fn] = tuple(k for k in out if k not in _FLAGS.values())
+    return out | dict.fromkeys(_FLAGS.values(), 0.0)
+
+
+_FLAGS = {"error": "v05_verifier_error", "timeout": "v05_verifier_timeout"}  # fault → its reward_extra_info flag
+_LAST_KEYS: dict[str | None, tuple[str, ...]] = {}  # score_fn → the keys of its latest good result (this process)
+
+
+def _fault_dict(fault: Literal["error", "timeout"], score_fn: str | None, fault_score: float) -> dict[str, Any]:
+    """Count the fault; the reward dict of a fault (the keys of the latest good result: see guarded_compute_score)."""
+    VERIFIER_FAULTS.add(fault)
+    out: dict[str, Any] = dict.fromkeys(_LAST_KEYS.get(score_fn, ("score", "acc")))
+    if "acc" in out:
+        out["acc"] = float(fault_score)
+    flags = {flag: float(kind == fault) for kind, flag in _FLAGS.items()}
+    return out | {"score": float(fault_score)} | flags
+
+
+@functools.cache
+def _load_score_fn(score_fn: str | None) -> Callable[..., Any]:
+    """The scorer named ``"<module path>:<name>"`` (verl's loader; loaded once per process), or verl's default."""
+    if score_fn is None:
+        return default_compute_score
+    path, sep, name = str(score_fn).rpartition(":")
+    if not sep or not path or not name.isidentifier():
+        raise ValueError(f"score_fn must be '<module path>:<function name>', got {score_fn!r}")
+    return load_extern_object(module_path=path, object_name=name)  # type: ignore[return-value]
+
+
 def _requested_by_verl() -> bool:
     """True when verl loads this module as a plugin (module docstring).
 
@@ -599,6 +712,7 @@ __all__ = [
     "PLUGIN_NAME",
     "SUPPORTED_VERL",
     "TRAINER_MODE",
+    "VERIFIER_FAULTS",
     "VERL_ESTIMATORS",
     "PromptRow",
     "VerlConfig",
@@ -606,6 +720,7 @@ __all__ = [
     "VerlStep",
     "check_verl_version",
     "estimator_for",
+    "guarded_compute_score",
     "is_padding",
     "prompt_rows",
     "register",

@@ -26,7 +26,11 @@ Failed agent-loop sessions (verl marks the prompt ``failure`` and keeps its othe
 trains on the sessions that finished, as in verl; with OSLA a prompt with a failed round-0 session leaves the step
 (its group is dropped, ``v05/osla/dropped_prompts``) and a failed extra-round session is drawn again under a new uid
 (up to :data:`EXTRA_ROUND_RETRIES` times, ``v05/osla/retried_rollouts``), because OSLA's test needs every rollout
-it asked for. Checkpoints: ``v05_state.json`` is written into ``global_step_<n>/`` (and copied to
+it asked for. A provider whose ``predict`` raises or returns NaN/out-of-range values is replaced, for those prompts and
+that step, by the running mean of :class:`v05.priors.guard.PriorGuard` (``v05/prior_fallbacks``), and a raising
+``update`` is logged and counted (``v05/prior_update_errors``, cumulative), as in v05's own trainer; a faulty
+verifier is guarded on verl's side (:func:`v05.adapters.verl.guarded_compute_score`). Checkpoints: ``v05_state.json``
+(estimator, provider and prior-guard states) is written into ``global_step_<n>/`` (and copied to
 ``default_hdfs_dir``, where verl copies the checkpoint) *before* verl writes its ``latest_checkpointed_iteration.txt``
 marker, so a resumable checkpoint always has it; resuming from one without it raises.
 
@@ -69,6 +73,7 @@ from v05.allocation import OSLA, Allocation, allocate
 from v05.estimators import PriorErrorState
 from v05.groups import segment_count
 from v05.priors import Calibration, calibrate, group_outcomes, make_provider
+from v05.priors.guard import PriorGuard
 from v05.registry import get_allocator
 from v05.rewards import to_pm1
 from v05.tasks.base import prompt_key
@@ -128,12 +133,15 @@ class V05TrainerMixin:
     Configured by ``+algorithm.v05.*`` (:class:`v05.adapters.verl.VerlConfig`); ``algorithm.adv_estimator`` must be
     one of v05's (``v05``, ``v05_eb``, ``v05_dbb``, ``v05_grpo``, ...). Metrics per step (verl's logger):
     :func:`step_metrics` (realised k distribution ``v05/k/*`` and ``v05/k_hist/<k>``, rejection rate,
-    mean ŵ, n0, the prior's τ²/AUC/n0 from the provider's calibration) and OSLA's ``v05/osla/*`` statistics.
+    mean ŵ, n0, the prior's τ²/AUC/n0 from the provider's calibration), OSLA's ``v05/osla/*`` statistics and, with a
+    provider, ``v05/prior_fallbacks`` (this step's prompts predicted by the guard's running mean) and
+    ``v05/prior_update_errors`` (failed provider updates so far).
 
     Attributes:
         v05_config: the parsed ``algorithm.v05`` node.
         v05_estimator: the registered estimator (its ``state_`` is carried across steps and checkpointed).
         v05_provider: the prior provider, or None (then priors come from the dataset's ``extra_info``).
+        v05_prior_guard: the :class:`~v05.priors.guard.PriorGuard` around ``v05_provider`` (None without one).
         v05_allocator: the OSLA config, or None for ``allocator: fixed``.
         v05_last_allocation: the latest step's ``v05.allocation.Allocation`` (OSLA), or None.
     """
@@ -152,6 +160,8 @@ class V05TrainerMixin:
         _check_config(config, self.v05_allocator)
         cfg = self.v05_config
         self.v05_provider = None if cfg.provider is None else make_provider(cfg.provider, **cfg.provider_options)
+        self.v05_prior_guard = None if self.v05_provider is None else PriorGuard()
+        self._v05_prior_fallbacks = 0  # prompts of this step the guard's running mean predicted
         self.v05_last_allocation: Allocation | None = None
         self._v05_prompts: dict[str, _Prompt] = {}
         self._v05_counts = {"dropped_prompts": 0, "retried_rollouts": 0}  # OSLA's failure handling, this step
@@ -186,8 +196,9 @@ class V05TrainerMixin:
             own = info.get(cfg.key_field)
             info[KEY_FIELD] = prompt_key("sha1", chat) if own is None else str(own)
         texts = _problem_texts(infos, chats, cfg)
-        if self.v05_provider is not None:
-            pred = self.v05_provider.predict([i[KEY_FIELD] for i in infos], texts)
+        if self.v05_provider is not None and self.v05_prior_guard is not None:
+            pred, n_fallback = self.v05_prior_guard.predict(self.v05_provider, [i[KEY_FIELD] for i in infos], texts)
+            self._v05_prior_fallbacks += n_fallback
             for info, v, n0 in zip(infos, pred.mean, pred.n0, strict=True):
                 info[cfg.prior_key] = float((v + 1.0) / 2.0) if cfg.prior_scale == "pass_rate" else float(v)
                 info[f"{cfg.prior_key}_n0"] = float(n0)
@@ -332,6 +343,10 @@ class V05TrainerMixin:
             raise RuntimeError(f"verl did not call the v05 estimator {self.v05_estimator.name!r} in _compute_advantage")
         calibration = self._v05_update_provider(step)
         metrics.update(step_metrics(step, calibration))
+        if self.v05_prior_guard is not None:
+            metrics["v05/prior_fallbacks"] = float(self._v05_prior_fallbacks)
+            metrics["v05/prior_update_errors"] = float(self.v05_prior_guard.update_errors)
+            self._v05_prior_fallbacks = 0
         if self.v05_last_allocation is not None:
             stats = self.v05_last_allocation.stats
             metrics.update({f"v05/osla/{k}": float(v) for k, v in stats.items() if isinstance(v, int | float)})
@@ -340,17 +355,20 @@ class V05TrainerMixin:
         return batch
 
     def _v05_update_provider(self, step: VerlStep) -> Calibration | None:
-        """Feed the step's outcomes to the provider (it calibrates on its own predictions first); its calibration."""
+        """Feed the step's outcomes to the provider through the guard (it calibrates on its own predictions first).
+
+        Returns the provider's calibration; a raising ``update`` is counted by the guard and the step goes on.
+        """
         prompts = [self._v05_prompts.pop(str(u), None) for u in step.group_uids]
         for uid in [u for u, p in self._v05_prompts.items() if p.step < self.global_steps]:
             del self._v05_prompts[uid]  # prompts of earlier steps that never reached the loss (e.g. DAPO-evicted)
-        if self.v05_provider is None:
+        if self.v05_provider is None or self.v05_prior_guard is None:
             return None
         if any(p is None for p in prompts):
             raise RuntimeError("a prompt of this step was not attached by the v05 trainer (no text for the provider)")
         scores, counts = group_outcomes(step.rewards, step.group, reward_range=step.reward_range)
         keys, texts = [p.key for p in prompts], [p.text for p in prompts]  # type: ignore[union-attr]
-        self.v05_provider.update(keys, texts, scores, counts, step=int(self.global_steps))
+        self.v05_prior_guard.update(self.v05_provider, keys, texts, scores, counts, step=int(self.global_steps))
         return self.v05_provider.calibration()
 
     def _save_checkpoint(self) -> None:
@@ -368,6 +386,7 @@ class V05TrainerMixin:
             "estimator": self.v05_estimator.name,
             "state": state_to_json(self.v05_estimator.state_),
             "provider": None if self.v05_provider is None else self.v05_provider.state_dict(),
+            "prior_guard": None if self.v05_prior_guard is None else self.v05_prior_guard.state_dict(),
         }
         path = _write_json_atomic(folder, STATE_FILE, state)
         remote = self.config.trainer.get("default_hdfs_dir")
@@ -403,6 +422,10 @@ class V05TrainerMixin:
         self.v05_estimator.state_ = state_from_json(state["state"])
         if self.v05_provider is not None and state["provider"] is not None:
             self.v05_provider.load_state_dict(state["provider"])
+        if self.v05_provider is not None:  # a state written before the guard existed resumes with a fresh one
+            self.v05_prior_guard = PriorGuard()
+            if state.get("prior_guard") is not None:
+                self.v05_prior_guard.load_state_dict(state["prior_guard"])
 
 
 def _write_json_atomic(folder: str, name: str, payload: object) -> str:

@@ -5,10 +5,13 @@ to unextracted text (``" -4 "`` scores 0.5) and math-verify parses ``<answer>292
 :func:`score_batch` runs a per-rollout verifier behind :func:`call_with_timeout` and maps every failure
 (nothing extracted, an exception, a timeout) to reward 0 with its own flag, so scoring never raises or hangs.
 The timeout is a SIGALRM interval timer: it interrupts pure-Python hangs in the main thread only.
+:func:`guard_score` gives any per-rollout scoring callable (an engine's reward function) the same never-raise,
+never-hang contract, with the failures counted on a :class:`ScoreFaults`.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import re
@@ -16,6 +19,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from types import FrameType
 from typing import Literal, TypeVar
 
@@ -28,6 +32,9 @@ logger = logging.getLogger(__name__)
 AnswerStyle = Literal["auto", "tag", "boxed", "plain"]
 Verifier = Callable[[Prompt, str], float | None]
 """Scores one extracted answer: a reward in [0, 1], or None when the answer cannot be parsed (-> ``no_answer``)."""
+
+ScoreFault = Literal["error", "timeout", "garbage"]
+"""Why a guarded scorer gave reward 0: it raised, it timed out, or it returned something other than a finite number."""
 
 _T = TypeVar("_T")
 _OPEN_TAG, _CLOSE_TAG = "<answer>", "</answer>"
@@ -245,3 +252,121 @@ def score_batch(
             errors[i] = True
             logger.debug("verifier returned %r for prompt %s, not a reward in [0, 1]", reward, prompt.key)
     return Scores(rewards=rewards, no_answer=no_answer, errors=errors, timeouts=timeouts, extracted=extracted)
+
+
+def finite_reward(value: object) -> float | None:
+    """``float(value)`` if ``value`` is a finite real number (bool, int, float or a numpy scalar of those), else None.
+
+    >>> finite_reward(True), finite_reward(np.float32(0.5)), finite_reward(float("nan")), finite_reward("1")
+    (1.0, 0.5, None, None)
+    """
+    if not isinstance(value, (bool, int, float, np.floating, np.integer)):
+        return None
+    try:
+        reward = float(value)
+    except OverflowError:  # an int too large for a float
+        return None
+    return reward if math.isfinite(reward) else None
+
+
+@dataclass
+class ScoreFaults:
+    """Counts of the calls a guarded scorer turned into reward 0, by kind (thread-safe; several scorers may share one).
+
+    Attributes:
+        errors: calls that raised.
+        timeouts: calls that ran past their timeout.
+        garbage: calls that returned something other than a finite number (NaN, ±inf, None, a string, ...).
+    """
+
+    errors: int = 0
+    timeouts: int = 0
+    garbage: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    @property
+    def total(self) -> int:
+        """All faults: errors + timeouts + garbage."""
+        return self.errors + self.timeouts + self.garbage
+
+    def add(self, fault: ScoreFault, n: int = 1) -> None:
+        """Count ``n`` faults of kind ``fault``."""
+        name = {"error": "errors", "timeout": "timeouts", "garbage": "garbage"}[fault]
+        with self._lock:
+            setattr(self, name, getattr(self, name) + n)
+
+    def reset(self) -> None:
+        """Set every count to 0."""
+        with self._lock:
+            self.errors = self.timeouts = self.garbage = 0
+
+
+class GuardedScore:
+    """A per-rollout scorer that never raises or hangs: built by :func:`guard_score` (its docstring)."""
+
+    def __init__(
+        self, fn: Callable[..., object], *, timeout_s: float | None, faults: ScoreFaults | None = None
+    ) -> None:
+        if timeout_s is not None and (isinstance(timeout_s, bool) or not timeout_s > 0 or not math.isfinite(timeout_s)):
+            raise ValueError(f"timeout_s must be a positive number of seconds or None, got {timeout_s!r}")
+        functools.update_wrapper(self, fn)  # __name__, __doc__ and __wrapped__ (so inspect.signature is fn's)
+        self.fn = fn
+        self.timeout_s = timeout_s
+        self.faults = ScoreFaults() if faults is None else faults
+
+    def __call__(self, *args: object, **kwargs: object) -> float:
+        """``fn(*args, **kwargs)`` as a finite float; 0.0 (counted) if it raised, timed out or returned garbage."""
+        return self.score(*args, **kwargs)[0]
+
+    def score(self, *args: object, **kwargs: object) -> tuple[float, ScoreFault | None]:
+        """The reward and why it is 0.0 (None when ``fn`` returned a finite number)."""
+        name = getattr(self.fn, "__name__", type(self.fn).__name__)
+        try:
+            result = call_with_timeout(functools.partial(self.fn, *args, **kwargs), timeout_s=self.timeout_s)
+        except TimeoutError:
+            self.faults.add("timeout")
+            logger.debug("scorer %s timed out after %s s", name, self.timeout_s)
+            return 0.0, "timeout"
+        except Exception as err:  # any scorer bug is a zero reward, never a crashed run
+            self.faults.add("error")
+            logger.debug("scorer %s raised: %r", name, err)
+            return 0.0, "error"
+        reward = finite_reward(result)
+        if reward is None:
+            self.faults.add("garbage")
+            logger.debug("scorer %s returned %r, not a finite number", name, result)
+            return 0.0, "garbage"
+        return reward, None
+
+
+def guard_score(
+    fn: Callable[..., object], *, timeout_s: float | None, faults: ScoreFaults | None = None
+) -> GuardedScore:
+    """Wrap a per-rollout scoring callable so that it can never raise or hang; failures give reward 0.0, counted.
+
+        guarded(*args, **kwargs) = float(r)   if r = fn(*args, **kwargs) returns in time and is a finite real number
+                                 = 0.0        otherwise: an exception (``faults.errors``), a timeout
+                                              (``faults.timeouts``) or any other result (``faults.garbage``)
+
+    The call runs behind :func:`call_with_timeout`, so the timeout holds in the main thread only (elsewhere it runs
+    without one, with a warning logged once); each failure is logged at DEBUG, as :func:`score_batch` does. Unlike
+    a :data:`Verifier`, ``fn`` gets no extraction and no [0, 1] check (an engine's scorer may use ±1): None is
+    garbage here. ``KeyboardInterrupt`` and an outer ``call_with_timeout``'s alarm still propagate.
+
+    Args:
+        fn: The scorer; any signature (the wrapper passes its arguments through and keeps ``fn``'s name and
+            signature).
+        timeout_s: Seconds allowed per call (> 0), or None for no limit.
+        faults: A :class:`ScoreFaults` to count into (to share it among scorers); a fresh one by default.
+
+    Returns:
+        The :class:`GuardedScore`; its counts are on ``.faults``, and ``.score(...)`` also says why a reward is 0.
+
+    Raises:
+        ValueError: ``timeout_s`` is not positive and finite.
+
+    >>> guarded = guard_score(lambda a, b: a / b, timeout_s=1.0)
+    >>> guarded(1, 4), guarded(1, 0), guarded.faults.errors
+    (0.25, 0.0, 1)
+    """
+    return GuardedScore(fn, timeout_s=timeout_s, faults=faults)

@@ -375,7 +375,7 @@ def _prepare_run_dir(cfg: TrainConfig, run_dir: Path, resume: bool) -> Path | No
     config_path = run_dir / CONFIG
     if resume:
         ckpt = latest_checkpoint(run_dir)
-        if ckpt is None:
+        if ckpt is None and not config_path.exists():
             raise ValueError(f"--resume: no checkpoint in {run_dir / 'checkpoints'} (start without --resume)")
         if config_path.exists():
             changed = _config_changes(load_config(str(config_path)), cfg)
@@ -387,6 +387,9 @@ def _prepare_run_dir(cfg: TrainConfig, run_dir: Path, resume: bool) -> Path | No
             if changed:
                 logger.warning("resuming with %s changed", ", ".join(f"{k}={v!r}" for k, v in sorted(changed.items())))
                 atomic_write_text(config_path, text)
+        if ckpt is None:  # killed before its first checkpoint: nothing to continue, so the run starts over
+            logger.warning("--resume: %s has no checkpoint yet (the run stopped before its first one); starting over",
+                           run_dir)  # fmt: skip
         return ckpt
     if (run_dir / "metrics.jsonl").exists() or (run_dir / "checkpoints").exists():
         raise ValueError(f"{run_dir} already holds a run: pass --resume to continue it, or choose another --out")
