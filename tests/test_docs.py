@@ -19,3 +19,15 @@ def test_readme_and_docs_links_stay_inside_the_repository():
             assert (page.parent / target).exists(), (page.name, target)
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert "shared design folder" not in readme and "SPEC.md" not in readme and "STYLE.md" not in readme
+
+
+def test_every_test_named_in_the_reliability_table_exists():
+    """docs/reliability.md names a test for each fault: each ``tests/...py`` exists and each ``::name`` is a test
+    function defined in that file (a renamed or deleted test turns this red)."""
+    text = (ROOT / "docs" / "reliability.md").read_text(encoding="utf-8")
+    refs = re.findall(r"`(tests/[\w/]+\.py|tests/[\w/]+/)(?:::(\w+))?`", text)
+    assert len(refs) >= 20
+    for path, name in refs:
+        assert (ROOT / path).exists(), path
+        if name:
+            assert re.search(rf"^def {name}\(", (ROOT / path).read_text(encoding="utf-8"), re.M), f"{path}::{name}"
