@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import shutil
+import tempfile
 import warnings
 from collections import Counter
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
 CASES: Counter[str] = Counter()
 """Generated cases run per fuzz test module (reported by ``tests/fuzz/conftest.py`` as ``fuzz: N cases``)."""
@@ -103,3 +107,19 @@ def fuzz_settings(max_examples: int) -> Any:
     from hypothesis import HealthCheck, settings
 
     return settings(max_examples=max_examples, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+
+
+def scratch_dirs(prefix: str) -> tuple[Callable[[], Path], Any]:
+    """``(fresh_dir, fixture)`` for a fuzz module's scratch files: ``fresh_dir()`` makes a new empty directory under
+    one root per module; bind the fixture at module level (autouse) and the root is removed when the module ends."""
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+
+    def fresh_dir() -> Path:
+        return Path(tempfile.mkdtemp(dir=root))
+
+    @pytest.fixture(scope="module", autouse=True)
+    def remove_scratch():
+        yield
+        shutil.rmtree(root, ignore_errors=True)
+
+    return fresh_dir, remove_scratch

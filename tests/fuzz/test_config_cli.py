@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shutil
 import sys
-import tempfile
 import typing
 from pathlib import Path
 from types import SimpleNamespace
@@ -24,7 +22,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.fuzz._contract import call, fuzz_settings, non_finite, tick
+from tests.fuzz._contract import call, fuzz_settings, non_finite, scratch_dirs, tick
 from tests.strategies import SEEDS, TEXT_SAMPLES, jsonl_text, pick
 
 pytest.importorskip("omegaconf")
@@ -37,19 +35,8 @@ from v05.train.matrix import load_grid  # noqa: E402
 
 pytestmark = pytest.mark.fuzz
 
-ROOT = Path(tempfile.mkdtemp(prefix="v05-fuzz-cli-"))
+fresh_dir, _remove_scratch = scratch_dirs("v05-fuzz-cli-")
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _remove_scratch():
-    """The scratch files of this module's cases are deleted when the module is done."""
-    yield
-    shutil.rmtree(ROOT, ignore_errors=True)
-
-
-def fresh_dir() -> Path:
-    """A new empty directory under the module's scratch root."""
-    return Path(tempfile.mkdtemp(dir=ROOT))
 
 
 def schema_keys(cls: type = TrainConfig, prefix: str = "") -> list[tuple[str, object]]:

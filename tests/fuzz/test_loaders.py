@@ -8,8 +8,6 @@ Contract (their Raises sections): a missing or malformed file, row or option rai
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -17,29 +15,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.fuzz._contract import call, fuzz_settings, tick
+from tests.fuzz._contract import call, fuzz_settings, scratch_dirs, tick
 from tests.strategies import SEEDS, TEXT_SAMPLES, jsonl_text, messy_option, pick
 from v05.datasets.v0 import load_v0
 from v05.tasks import make_task
 
 pytestmark = pytest.mark.fuzz
 
-ROOT = Path(tempfile.mkdtemp(prefix="v05-fuzz-loaders-"))
+fresh_dir, _remove_scratch = scratch_dirs("v05-fuzz-loaders-")
 ODD_VALUES = (None, True, "", "x", "é😀", "\ud800", 1e400, float("nan"), -1e400, 2**70, [], {}, [1], {"a": 1},
               1.5, -0.0)  # fmt: skip
 """Field values of the wrong kind for a V0 or math row (1e400 is written as Infinity, "\\ud800" as a lone surrogate)."""
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _remove_scratch():
-    """The scratch files of this module's cases are deleted when the module is done."""
-    yield
-    shutil.rmtree(ROOT, ignore_errors=True)
-
-
-def fresh_dir() -> Path:
-    """A new empty directory under the module's scratch root."""
-    return Path(tempfile.mkdtemp(dir=ROOT))
 
 
 def v0_row(rng: np.random.Generator, ids: int) -> dict[str, object]:
