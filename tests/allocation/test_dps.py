@@ -154,6 +154,7 @@ def test_selects_top_b_by_partial_belief_and_draws_k_each():
     # pool: 13 (0.1), 12 (0.6), 99 unseen (1/3), 11 (0.8), 10 (0.1) → select 11 and 12
     np.testing.assert_array_equal(a.counts, [0, 4, 0, 4, 0])
     np.testing.assert_array_equal(a.kept, a.counts > 0)
+    np.testing.assert_array_equal(a.passed, [True, False, True, False, True])  # the rejects: dropped by the trainer
     assert a.rounds == 1 and a.n_rollouts == 8
 
 

@@ -323,6 +323,11 @@ def test_every_allocator_respects_counts_budget_and_loss_batch(cfg, seed, reward
             assert a.counts.max(initial=0) <= alloc.group_size and np.all(a.counts[a.kept] == alloc.group_size)
         if isinstance(alloc, (DPS, PriorSelect, GRESO)):
             assert a.n_rollouts == cap
+        assert a.passed.dtype == bool and not np.any(a.passed & (a.counts > 0))  # passed over = never sampled
+        if isinstance(alloc, (DPS, PriorSelect)):  # a selection: every unsampled prompt was looked at and rejected
+            np.testing.assert_array_equal(a.passed, a.counts == 0)
+        if not isinstance(alloc, (DPS, PriorSelect, GRESO)):  # the others stop early: unsampled = not reached
+            assert not a.passed.any()
         if isinstance(alloc, OSLA) and alloc.fill:  # budget-neutral: exactly the cap (k_init·B + budget or k_max·B)
             assert a.n_rollouts == cap
 

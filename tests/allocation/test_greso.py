@@ -182,6 +182,8 @@ def test_pool_running_out_fills_with_the_skipped_prompts_in_walk_order():
         first_streaked = [int(i) for i in walk if i >= 3][:2]
         assert set(np.flatnonzero(a.kept).tolist()) == {0, 1, 2, *first_streaked}
         assert (a.stats["skipped"], a.stats["filled"], a.n_rollouts) == (5, 2, 10)
+        # every unsampled prompt was walked and skipped: all five are passed over (the trainer drops them)
+        np.testing.assert_array_equal(a.passed, a.counts == 0)
 
 
 def test_skipped_counts_only_the_prompts_walked_before_the_batch_filled():
@@ -195,6 +197,9 @@ def test_skipped_counts_only_the_prompts_walked_before_the_batch_filled():
         end = [j for j, i in enumerate(walk) if i < 4][1]  # position of the 2nd fresh prompt
         assert a.stats["skipped"] == int(np.sum(walk[:end] >= 4)) and a.stats["filled"] == 0
         assert set(np.flatnonzero(a.kept).tolist()) == {int(i) for i in walk[: end + 1] if i < 4}
+        # passed = the skipped prompts walked before the batch filled; the ones after the walk's end were not
+        # reached (they go back to the trainer's queue), nor were the fresh ones after it
+        assert set(np.flatnonzero(a.passed).tolist()) == {int(i) for i in walk[:end] if i >= 4}
 
 
 # ----------------------------------------------------------------------------- streaks and adaptation

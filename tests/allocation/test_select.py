@@ -71,6 +71,14 @@ def test_mean_score_picks_the_top_b_by_variance():
         assert a.stats["predicted_signal"] == pytest.approx(2 * (0.25 + 0.46 * 0.54))
 
 
+def test_the_unselected_prompts_are_passed_over():
+    """Every pool prompt prior_select does not sample was looked at and rejected (``Allocation.passed``: the
+    trainer drops them for the epoch instead of offering them again); the selected ones never are."""
+    a = run(PriorSelect(k=2, batch_size=3), np.linspace(0.05, 0.95, 12), seed=3, n0=4.0)
+    assert int(a.passed.sum()) == 9
+    np.testing.assert_array_equal(a.passed, a.counts == 0)
+
+
 def test_mean_score_matches_a_hand_ranking_on_a_larger_pool():
     """Differential: with thompson=False the selected set is the top-B of m(1 − m), m = (p·n0 + α₀)/(n0 + 2α₀), per
     prompt n0 (distinct scores, so no ties), on the 0/1 reward scale too."""

@@ -129,14 +129,41 @@ def test_existing_run_needs_resume_and_resume_needs_the_same_config(tmp_path, ti
         train(other, tmp_path / "run", resume=True)
 
 
-def test_allocator_pool_prompts_not_sampled_go_back_to_the_queue(tmp_path, tiny_overrides):
-    """DPS selects 8 of a pool of 32 candidates per step; the 24 others are offered first next step, so the 60-prompt
-    pool is covered without repeats over the first steps (prompts_total counts distinct sampled prompts)."""
-    cfg = load_config(None, [*tiny_overrides, "allocator.name=dps", "allocator.options={k: 4}"])
+@pytest.mark.parametrize("rejects", ["drop", "return"])
+def test_selection_rejects_are_dropped_or_handed_back(tmp_path, tiny_overrides, monkeypatch, rejects):
+    """DPS selects 8 of a pool of 32 candidates per step. ``allocator.rejects=drop`` (the default, as DPS's own
+    dataloader): the 24 unselected are used up, nothing goes back and every pool is the epoch's next 32 prompts;
+    ``return``: the 24 go back to the queue's front and open the next step's pool."""
+    from v05.train.prompts import PromptQueue
+
+    pools: list[list[int]] = []
+    given: list[list[int]] = []
+    real_take, real_give = PromptQueue.take, PromptQueue.give_back
+
+    def take(self, k):
+        out = real_take(self, k)
+        pools.append([int(i) for i in out])
+        return out
+
+    def give_back(self, indices):
+        given.append([int(i) for i in indices])
+        return real_give(self, indices)
+
+    monkeypatch.setattr(PromptQueue, "take", take)
+    monkeypatch.setattr(PromptQueue, "give_back", give_back)
+    cfg = load_config(None, [*tiny_overrides, "allocator.name=dps", "allocator.options={k: 4}",
+                             f"allocator.rejects={rejects}"])  # fmt: skip
     train(cfg, tmp_path / "run")
     rows = [r for r in rows_of(tmp_path / "run") if r["step"] > 0]
-    assert [r["prompts_sampled"] for r in rows] == [8, 8, 8]
-    assert np.isfinite(rows[-1]["mean_p_partial_selected"])
+    assert [r["prompts_sampled"] for r in rows] == [8, 8, 8] and len(pools) == 3 and len(given) == 3
+    assert all(len(set(p)) == 32 for p in pools)
+    if rejects == "drop":
+        assert given == [[], [], []]
+        assert not set(pools[0]) & set(pools[1][: 50 - 32])  # the rest of the 50-prompt first epoch: fresh only
+    else:
+        assert [len(g) for g in given] == [24, 24, 24]
+        assert pools[1][:24] == given[0] and pools[2][:24] == given[1]
+        assert set(given[0]) <= set(pools[0])
 
 
 def test_shared_prefix_update_matches_the_per_rollout_update(tmp_path, tiny_overrides):

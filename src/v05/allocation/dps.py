@@ -14,7 +14,9 @@ An unseen prompt has α = α₀, π = σ = uniform.
 
 Deviations from the DPS code (``recipe/dps/task_sampler.py``): only prompts that have been selected at least once
 are stored (an unseen prompt is uniform and stays so under α₀ = ones); the candidate pool is whatever ``allocate``
-is given (DPS draws ``candidate_ratio × B`` prompts itself); only the ``topk`` variant and the all-ones α₀.
+is given (DPS draws ``candidate_ratio × B`` prompts itself; the prompts it does not select are reported as
+``Finish.passed``, so v05's trainer drops them for the epoch as DPS's dataloader does); only the ``topk`` variant
+and the all-ones α₀.
 """
 
 from __future__ import annotations
@@ -217,7 +219,7 @@ class DPS:
             (alpha_sel, belief_sel, source_sel),
         )
         stats = {"mean_p_partial_selected": float(s.belief[sel, PARTIAL].mean()) if sel.size else float("nan")}
-        return Finish(s.selected.copy(), DpsState(keys, alpha, belief, source), stats)
+        return Finish(s.selected.copy(), DpsState(keys, alpha, belief, source), stats, passed=~s.selected)
 
 
 __all__ = ["DPS", "DpsState", "hmm_propagate", "hmm_update", "transition_matrix"]

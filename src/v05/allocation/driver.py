@@ -78,11 +78,16 @@ class Finish:
         state: the allocator's state for the next step (None if it keeps none).
         stats: the step's statistics as JSON-serialisable values (e.g. OSLA's ``reject_rate``, ``mean_weight``,
             ``extra_rollouts``, ``k_hist``), for the training log.
+        passed: (P,) prompts the allocator looked at and chose not to sample (a pre-rollout selection's rejects,
+            GRESO's skips), or None: every unsampled prompt was simply not reached (OSLA, SARA and dynamic
+            sampling stop early). A caller with a prompt queue may drop the passed prompts for this epoch, as the
+            DPS, MoPPS and GRESO trainers do, and hand the unreached ones back.
     """
 
     kept: BoolArray
     state: Any = None
     stats: dict[str, Any] = field(default_factory=dict)
+    passed: BoolArray | None = None
 
 
 class Allocator(Protocol):
@@ -109,6 +114,8 @@ class Allocation:
         rounds: number of ``sample`` calls.
         state: the allocator's state for the next step (None if it keeps none).
         stats: the allocator's statistics of this step (see :class:`Finish`).
+        passed: (P,) unsampled prompts the allocator looked at and passed over (see :class:`Finish`; never a
+            sampled one); the other unsampled prompts were not reached. All False when the allocator says none.
     """
 
     rewards: FloatArray
@@ -118,6 +125,7 @@ class Allocation:
     rounds: int
     state: Any = None
     stats: dict[str, Any] = field(default_factory=dict)
+    passed: BoolArray | None = None
 
     @property
     def n_rollouts(self) -> int:
@@ -218,7 +226,8 @@ def allocate(
     rewards = np.concatenate(rewards_parts) if rewards_parts else np.zeros(0)
     prompt = np.concatenate(prompt_parts) if prompt_parts else np.zeros(0, np.int64)
     kept = np.asarray(end.kept, bool) & (counts > 0)
-    return Allocation(rewards, prompt, counts, kept, rounds, end.state, dict(end.stats))
+    passed = np.zeros(n_prompts, bool) if end.passed is None else np.asarray(end.passed, bool) & (counts == 0)
+    return Allocation(rewards, prompt, counts, kept, rounds, end.state, dict(end.stats), passed)
 
 
 def require_keys(pool: Pool, allocator: str) -> np.ndarray:

@@ -18,7 +18,9 @@ range) instead of its mean-reward thresholds 0.98 / 0.11 on its {0, 0.1, 1} rewa
 and its k = 8); the walk stops at ``batch_size`` unskipped prompts and refills from the skipped ones when the pool
 runs out, instead of filtering a whole sampling batch and topping up with DAPO's post-rollout filter (every sampled
 group enters the loss here); one uniform per prompt (GRESO draws once per applicable rule, and at most one applies);
-the adaptation is frozen while no pool prompt has been sampled before (GRESO's ``epoch > 0``: in a first pass over
+the skipped prompts are reported as ``Finish.passed`` (v05's trainer drops them for the epoch, as GRESO's
+filtered batch does; the prompts after the walk's end go back to the queue); the adaptation is frozen while no pool
+prompt has been sampled before (GRESO's ``epoch > 0``: in a first pass over
 the data no prompt has a history).
 """
 
@@ -191,6 +193,7 @@ class _GresoRound:
     known: BoolArray  # (P,) the prompt has been sampled in an earlier step
     skipped: int  # prompts the walk passed over (skips honoured)
     filled: int  # skipped prompts taken back because the pool ran out
+    passed: BoolArray  # (P,) the prompts the walk skipped and did not take back (the rest of the unsampled: unreached)
     state: GresoState
     reward_range: RewardRange
     lo: FloatArray | None = None  # (P,) lowest pass-rate-scale reward of the draw; None before it
@@ -282,13 +285,17 @@ class GRESO:
             take = ~skip & (free_rank <= b)
             walked = int(np.searchsorted(free_rank, b)) + 1  # the walk stops at the b-th unskipped prompt
             skipped, filled = int(skip[:walked].sum()), 0
+            passed_walk = skip & (np.arange(n) < walked)  # (P,) in walk order
         else:  # the pool ran out: the earliest-walked skipped prompts fill the batch
             filled = b - n_free
             take = ~skip | (np.cumsum(skip) <= filled)
             skipped = int(skip.sum()) - filled
+            passed_walk = skip & ~take
         selected = np.zeros(n, bool)
         selected[order[take]] = True
-        return _GresoRound(keys, selected, c, w, known, skipped, filled, state, pool.reward_range)
+        passed = np.zeros(n, bool)
+        passed[order[passed_walk]] = True
+        return _GresoRound(keys, selected, c, w, known, skipped, filled, passed, state, pool.reward_range)
 
     def ask(self, s: _GresoRound) -> IntArray:  # noqa: D102
         if s.lo is not None:
@@ -303,7 +310,7 @@ class GRESO:
     def finish(self, s: _GresoRound) -> Finish:  # noqa: D102
         sel = np.flatnonzero(s.selected)
         if s.lo is None or s.hi is None:  # finished before its draw (not reachable through allocate): learn nothing
-            return Finish(s.selected.copy(), s.state, {"skipped": s.skipped, "filled": s.filled})
+            return Finish(s.selected.copy(), s.state, {"skipped": s.skipped, "filled": s.filled}, s.passed.copy())
         lo, hi = s.lo[sel], s.hi[sel]  # (S',)
         all_correct, all_wrong = lo >= 1.0, hi <= 0.0  # (S',) every reward at the top / at the bottom
         c_new = np.where(all_correct, s.streak_correct[sel] + 1, 0)  # (S',)
@@ -324,7 +331,7 @@ class GRESO:
             "all_correct_frac": f_c,
             "all_wrong_frac": f_w,
         }
-        return Finish(s.selected.copy(), GresoState(keys, c, w, float(p_c), float(p_w)), stats)
+        return Finish(s.selected.copy(), GresoState(keys, c, w, float(p_c), float(p_w)), stats, s.passed.copy())
 
 
 __all__ = ["GRESO", "GresoState", "adapt_explore", "skip_probability"]

@@ -99,7 +99,9 @@ class PriorSelect:
     Selection: with B' = min(batch_size, P) and n_e = min(⌊explore_frac·B'⌋, P − B'), the B' − n_e highest scores
     are taken (ties broken by ``pool.rng``), and n_e more uniformly at random among the P − B' candidates outside
     the top-B' set, so a prompt the prior judges saturated is re-tested as the policy moves. One round of k
-    rollouts each; every sampled prompt enters the loss. Keeps no state across steps.
+    rollouts each; every sampled prompt enters the loss. Keeps no state across steps. The prompts not selected are
+    reported as ``Finish.passed``: v05's trainer drops them for the epoch (``allocator.rejects``), so each step's
+    pool is fresh prompts, as in DPS and MoPPS, instead of last step's rejects.
 
         rollouts = min(batch_size, P) · k   (exactly)
 
@@ -198,7 +200,7 @@ class PriorSelect:
             "pool_prior_mean": float(np.mean(s.prior)),
             "explored": int(s.explored.sum()),
         }
-        return Finish(sel.copy(), None, stats)
+        return Finish(sel.copy(), None, stats, passed=~sel)
 
 
 __all__ = ["PriorSelect", "Score", "prior_belief"]

@@ -105,8 +105,13 @@ class AllocatorConfig:
     ``group_size``; fixed defaults to k = 4) and the rest (``k_max``, ``c``, ``max_rounds`` ...)."""
     pool_factor: int | None = None
     """candidate pool per step = batch_size × pool_factor prompts (None: 1 for fixed/osla, max_rounds × gen batch
-    for dynamic_sampling, 4 for sara, dps, prior_select and greso). Prompts the allocator does not sample go back to
-    the queue."""
+    for dynamic_sampling, 4 for sara, dps, prior_select and greso). Prompts the allocator did not reach go back to
+    the front of the queue; see ``rejects`` for the ones it passed over."""
+    rejects: Literal["drop", "return"] = "drop"
+    """what becomes of the pool prompts a selecting allocator looked at and passed over (dps and prior_select: the
+    unselected; greso: the skipped): ``drop`` (used up for this epoch, as the DPS, MoPPS and GRESO trainers do, so
+    the next pool is fresh prompts) or ``return`` (to the front of the queue, as v05 did before: the next pool is
+    then mostly the last one's rejects)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -269,7 +269,10 @@ def train(
                 raise _stopped(f"step {step}: {err}") from err
             alloc_state = alloc.state
             sampled = np.flatnonzero(alloc.counts > 0)
-            queue.give_back(idx[np.flatnonzero(alloc.counts == 0)])
+            unreached = alloc.counts == 0  # (P,) back to the queue's front; passed-over prompts are used up
+            if cfg.allocator.rejects == "drop":
+                unreached &= ~alloc.passed
+            queue.give_back(idx[np.flatnonzero(unreached)])
             rollouts_all, scores = concat_rollouts(sample.draws, tokenizer), sample.scores
             compute.forward("generate", rollouts_all.prompt_mask, rollouts_all.response_mask)
             rewards, group, kept_pool = alloc.loss_batch()  # (N,), (N,), (G,) kept rollouts in draw order
