@@ -10,7 +10,9 @@ time (steadier on a shared machine: waiting for a core is not counted) and, with
 |Δ| of every prediction (mean, τ², n0) against a saved run (``--save`` writes one).
 
 Usage: OPENBLAS_NUM_THREADS=1 python benchmarks/bench_prior_step.py [--steps 100] [--prompts 64] [--pool 1500]
-       [--save /tmp/prior_ref.npz | --reference /tmp/prior_ref.npz] [--json PATH]
+       [--refit-every 1] [--save /tmp/prior_ref.npz | --reference /tmp/prior_ref.npz] [--json PATH]
+``mse_vs_truth`` is the mean squared error of the predicted mean score against the latent one (2p − 1) over steps
+≥ ``--skip``: what amortising the refit (``--refit-every``) costs the prior.
 Before/after: run it once on a copy of ``src`` holding the old ``v05/priors`` files (``PYTHONPATH=COPY ... --save``),
 then on the working tree with ``--reference``; alternate the two a few times on a busy machine.
 """
@@ -61,24 +63,24 @@ def _world(rng: np.random.Generator, n_pool: int) -> tuple[list[str], list[str],
     return [str(k) for k in keys], texts, emb, logit
 
 
-def _provider(texts: list[str], emb: np.ndarray) -> object:
+def _provider(texts: list[str], emb: np.ndarray, refit_every: int = 1) -> object:
     minilm = Embedder(backend=TableBackend(), cache_dir=False)  # type: ignore[arg-type]
     minilm.memory_.update({text_key(t): row.astype(np.float32) for t, row in zip(texts, emb, strict=True)})
     tfidf = Embedder(backend=make_backend("tfidf"), cache_dir=False)
-    prov = make_provider("combined", embedder=minilm, stack_embedders={"tfidf": tfidf})
+    prov = make_provider("combined", embedder=minilm, stack_embedders={"tfidf": tfidf}, refit_every=refit_every)
     prov.prefetch(texts)  # the trainer embeds its pool once, up front
     return prov
 
 
-def run(n_steps: int, n_prompts: int, n_pool: int, seed: int) -> dict[str, np.ndarray]:
+def run(n_steps: int, n_prompts: int, n_pool: int, seed: int, refit_every: int = 1) -> dict[str, np.ndarray]:
     """Drive the provider; returns per-step times and the stacked predictions."""
     rng = np.random.default_rng(seed)
     ids, texts, emb, logit = _world(rng, n_pool)
-    prov = _provider(texts, emb)
+    prov = _provider(texts, emb, refit_every)
     order = rng.permutation(n_pool)
     wall: dict[str, list[float]] = {"predict": [], "update": [], "calibration": []}
     cpu: dict[str, list[float]] = {"predict": [], "update": [], "calibration": []}
-    means, tau2s, n0s = [], [], []
+    means, tau2s, n0s, truth = [], [], [], []
 
     def timed(name: str, call: object, *args: object, **kwargs: object) -> object:
         w0, c0 = time.perf_counter(), time.process_time()
@@ -99,6 +101,7 @@ def run(n_steps: int, n_prompts: int, n_pool: int, seed: int) -> dict[str, np.nd
         timed("update", prov.update, s_ids, s_texts, scores, counts, step=step)  # type: ignore[attr-defined]
         timed("calibration", prov.calibration)  # type: ignore[attr-defined]  # the trainer logs it every step
         means.append(pred.mean)
+        truth.append(2.0 * p - 1.0)  # the latent mean score the prediction is for
         tau2s.append(pred.tau2)
         n0s.append(pred.n0)
     return {
@@ -107,6 +110,7 @@ def run(n_steps: int, n_prompts: int, n_pool: int, seed: int) -> dict[str, np.nd
         "mean": np.stack(means),
         "tau2": np.stack(tau2s),
         "n0": np.stack(n0s),
+        "truth": np.stack(truth),
     }
 
 
@@ -119,10 +123,11 @@ def main() -> int:
     parser.add_argument("--skip", type=int, default=10, help="steps left out of the medians (buffer filling up)")
     parser.add_argument("--save", default=None, help="write this run's predictions here (.npz)")
     parser.add_argument("--reference", default=None, help="compare predictions with a run saved by --save")
+    parser.add_argument("--refit-every", type=int, default=1, help="the combined prior's refit_every")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     logging.disable(logging.WARNING)  # the first steps warn that the buffer is too small
-    out = run(args.steps, args.prompts, args.pool, args.seed)
+    out = run(args.steps, args.prompts, args.pool, args.seed, args.refit_every)
     tail = slice(args.skip, None)
     result: dict[str, float] = {}
     for clock in ("", "_cpu"):
@@ -131,6 +136,7 @@ def main() -> int:
         total = sum(out[part] for part in parts)
         result[f"median_total{clock}_s"] = float(np.median(total[tail]))
         result[f"sum_total{clock}_s"] = float(np.sum(total))
+    result["mse_vs_truth"] = float(np.mean((out["mean"][tail] - out["truth"][tail]) ** 2))  # the prior's quality
     if args.save:
         np.savez(args.save, mean=out["mean"], tau2=out["tau2"], n0=out["n0"])
     if args.reference:

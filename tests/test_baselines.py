@@ -31,6 +31,17 @@ def test_v05_test_boundary_accepts_on_equality():
     assert not out.reject[0] and out.baseline[0] == 0.0 and out.weight[0] == 0.0
 
 
+def test_v05_at_k1_damps_the_surprises_and_keeps_the_expected_outcomes():
+    """docs/design.md's sparse-group case: at k = 1 the radius is 1, so an outcome on V's side is accepted (b = V) and
+    a surprise is shrunk towards itself: V = −0.5, r = +1 gives Δ̂² = 1.5² − 1 = 1.25, ŵ = 1.25/2.25, b = 1/3 and
+    A = 2/3 instead of r − V = 1.5; r = −1 at the same V keeps b = −0.5."""
+    out = v05_shrinkage(np.array([1.0, -1.0]), np.array([-0.5, -0.5]), np.array([1.0, 1.0]))
+    np.testing.assert_array_equal(out.reject, [True, False])
+    np.testing.assert_allclose(out.weight, [1.25 / 2.25, 0.0])
+    np.testing.assert_allclose(1.0 - out.baseline[0], 2.0 / 3.0)
+    assert out.baseline[1] == -0.5
+
+
 @given(ragged_batches())
 def test_v05_bias_bound_property(batch):
     """|b − v̄_k| ≤ 1/√k for every group, whatever the prior (the paper's O(1/√k) bias bound)."""

@@ -167,3 +167,66 @@ def test_combined_with_a_head_other_than_krr_refits_from_scratch():
     prov = make_provider("combined", head="knn", **OPTIONS)
     out = _run(prov, steps)
     assert all(not fit.caches for fit in prov.fits_.values()) and np.all(np.isfinite(out))
+
+
+class CountingCombined(CombinedProvider):
+    """Records the update count at each refit of the residual model."""
+
+    def _fit_buffers(self, names, bufs, cached):
+        self.refits = [*getattr(self, "refits", []), self.learned_]
+        return CombinedProvider._fit_buffers(self, names, bufs, cached)
+
+
+def test_refit_every_amortises_the_refit_and_one_is_every_update():
+    """refit_every = 3 refits the residual model when it has none for the pooled policies and then only once 3
+    updates have passed: over 9 steps (the first lacks context, the second sees policy b only, the third pools a
+    and b: a new model) at update counts 1, 2, 5, 8; in between its predictions differ from a refit-every-update
+    provider's (stale residuals) but stay finite, and refit_every = 1 refits after every update."""
+    steps = _steps(9)
+    every = CountingCombined(**OPTIONS)
+    amortised = CountingCombined(**OPTIONS, refit_every=3)
+    a, b = _run(every, steps), _run(amortised, steps)
+    assert every.refits == list(range(1, 9))
+    assert amortised.refits == [1, 2, 5, 8]
+    np.testing.assert_array_equal(a[:3], b[:3])  # both fitted the same buffers so far
+    assert not np.allclose(a[3, 0], b[3, 0]) and not np.allclose(a[4, 0], b[4, 0])  # fits 1 and 2 updates old
+    assert np.all(np.isfinite(b))
+    with pytest.raises(ValueError, match="refit_every"):
+        make_provider("combined", **OPTIONS, refit_every=0)
+
+
+def test_refit_every_restored_from_a_stale_fit_continues_bit_identically():
+    """Saved one update after its last refit (refit_every = 3), the state carries that fit's buffers: the restored
+    provider rebuilds the stale fit and predicts exactly as the live one at every later step. Restored without them
+    (the key dropped), it would refit on the current buffers and predict otherwise."""
+    steps = _steps(10)
+    opts = {**OPTIONS, "refit_every": 3}
+    live = CountingCombined(**opts)
+    _run(live, steps[:6])
+    assert live.refits == [1, 2, 5] and live.learned_ == 6  # the fit in use is 1 update old
+    state = json.loads(json.dumps(live.state_dict()))
+    restored = make_provider("combined", **opts)
+    restored.load_state_dict(state)
+    fresh = make_provider("combined", **opts)
+    fresh.load_state_dict({k: v for k, v in state.items() if k != "fits"})
+    policy, ids, texts, _ = steps[6]
+    ahead, other = live.predict(ids, texts, policy=policy), fresh.predict(ids, texts, policy=policy)
+    assert not np.array_equal(ahead.mean, other.mean)
+    np.testing.assert_array_equal(_run(live, steps[6:]), _run(restored, steps[6:]))
+
+
+def test_a_prefetched_pool_changes_no_prediction_bit_for_bit():
+    """prefetch() precomputes the pool's kernel per feature set; the predictions of every step (mean, τ², n0) equal,
+    bit for bit, those of a provider that computes every kernel entry (the pool holds 60 of the 80 prompts, so some
+    entries are looked up and some computed); max_pool_kernel below the pool's size precomputes nothing."""
+    steps = _steps(9)
+    pool_texts = [t for _, _, texts, _ in steps for t in texts][:60]
+    plain = make_provider("combined", **OPTIONS)
+    pooled = make_provider("combined", **OPTIONS)
+    pooled.prefetch(pool_texts)
+    np.testing.assert_array_equal(_run(plain, steps), _run(pooled, steps))
+    assert pooled.pool_kernels_ and all(c.pool is not None for c in pooled.fits_[("a", "b")].caches)
+    small = make_provider("combined", **OPTIONS, max_pool_kernel=10)
+    small.prefetch(pool_texts)
+    _run(small, steps[:3])
+    assert not small.pool_kernels_

@@ -3,7 +3,7 @@
 import numpy as np
 
 from v05.priors.heads import rbf_gram
-from v05.priors.kernel_cache import RBFKernelCache, fixed_point_rbf, fixed_point_rows
+from v05.priors.kernel_cache import PoolKernel, RBFKernelCache, fixed_point_rbf, fixed_point_rows
 
 
 def _unit_rows(rng, n, d):
@@ -61,6 +61,38 @@ def test_cache_entries_equal_a_fresh_computation_bit_for_bit():
         slots = cache.refresh(buf)
         fresh = fixed_point_rows(embed(buf))
         assert np.array_equal(np.take(np.take(cache.gram_, slots, 0), slots, 1), fixed_point_rbf(fresh, fresh, 1.5))
+
+
+def test_a_cache_over_a_pool_kernel_computes_exactly_what_one_without_it_does():
+    """With the pool's kernel precomputed (150 of 200 texts), the same refreshes and queries — texts in the pool and
+    outside it, mixed — give bit-identical Gram blocks and query rows, and a text held in the pool is never embedded
+    again after the pool was built."""
+    rng = np.random.default_rng(5)
+    table = {f"t{i}": row for i, row in enumerate(_unit_rows(rng, 200, 64))}
+    names = list(table)
+    embedded: list[str] = []
+
+    def embed(texts):
+        embedded.extend(texts)
+        return np.stack([table[t] for t in texts])
+
+    pool = PoolKernel.build(names[:150], embed, 1.5)
+    assert np.array_equal(pool.gram, fixed_point_rbf(pool.rows, pool.rows, 1.5)) and pool.lookup(["t3", "t199"]) is None
+    embedded.clear()
+    plain, pooled = RBFKernelCache(gamma=1.5, embed=embed), RBFKernelCache(gamma=1.5, embed=embed, pool=pool)
+    for step in range(10):
+        hi = 150 if step % 2 else 200  # even steps reach outside the pool
+        buf = [names[i] for i in rng.choice(hi, size=int(rng.integers(20, 60)), replace=False)]
+        query = [names[i] for i in rng.choice(hi, size=15, replace=False)]
+        slots_a, slots_b = plain.refresh(buf), pooled.refresh(buf)
+        assert np.array_equal(np.take(np.take(plain.gram_, slots_a, 0), slots_a, 1),
+                              np.take(np.take(pooled.gram_, slots_b, 0), slots_b, 1))  # fmt: skip
+        assert np.array_equal(plain.cross(query, slots_a), pooled.cross(query, slots_b))
+    n_plain = len(embedded)
+    embedded.clear()
+    pooled2 = RBFKernelCache(gamma=1.5, embed=embed, pool=pool)
+    pooled2.cross(names[:20], pooled2.refresh(names[20:60]))
+    assert embedded == [] and n_plain > 0  # inside the pool nothing is embedded
 
 
 def test_cache_embeds_each_new_text_once_when_it_was_queried_before_the_refresh():

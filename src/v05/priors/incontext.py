@@ -30,7 +30,7 @@ from v05.priors.backends import make_backend
 from v05.priors.embeddings import Embedder
 from v05.priors.head_registry import make_head
 from v05.priors.heads import Head, KernelRidgeHead, cross_val_fit, kernel_ridge_cross_val
-from v05.priors.kernel_cache import RBFKernelCache
+from v05.priors.kernel_cache import PoolKernel, RBFKernelCache
 from v05.priors.providers import BaseProvider, CalibrationRows
 
 log = logging.getLogger(__name__)
@@ -278,6 +278,8 @@ class _CombinedFit:
     rows: CalibrationRows
     masks: dict[str, np.ndarray]
     caches: list[RBFKernelCache]
+    learned: int = 0  # the provider's update count when this fit was made
+    sources: dict[str, dict[str, object]] = field(default_factory=dict)  # the buffers it was fitted on (to_dict)
 
 
 @dataclass(kw_only=True)
@@ -296,10 +298,17 @@ class CombinedProvider(EmbeddingProvider):
     predicts bit for bit as the live one). Its predictions agree with a refit on ``rbf_gram``'s float32 kernel to
     ~1e-6, the spread of that refit itself across BLAS builds and thread counts.
 
+    ``refit_every`` = N > 1 amortises the refit: the heads, β and the CV rows are refitted only once at least N
+    updates have passed since the last fit; in between, predictions combine the last fit's residual model with the
+    current policy mean and per-prompt history (both updated every step). The buffers of a stale fit are kept in the
+    state, so a restored provider rebuilds the same fit and predicts bit for bit as the live one.
+
     Attributes:
         pool: fit the residual model on every policy's buffer (else on the predicted policy's only).
         stack: extra embedding backends whose residual heads are stacked with ``backend``'s (``()``: none).
         stack_embedders: existing embedders for ``stack`` to share (by backend name).
+        refit_every: refit the residual model at most once every this many updates (1: after every update).
+        max_pool_kernel: the largest prefetched pool whose kernel is precomputed (:meth:`prefetch`).
     """
 
     name = "combined"
@@ -308,10 +317,17 @@ class CombinedProvider(EmbeddingProvider):
     pool: bool = True
     stack: tuple[str, ...] = ("tfidf",)
     stack_embedders: dict[str, Embedder] | None = None
+    refit_every: int = 1
+    max_pool_kernel: int = 4096
     fits_: dict[tuple[str, ...], _CombinedFit] = field(default_factory=dict, init=False)
+    learned_: int = field(default=0, init=False)
+    pool_texts_: list[str] = field(default_factory=list, init=False)
+    pool_kernels_: dict[tuple[int, float], PoolKernel] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
         EmbeddingProvider.__post_init__(self)
+        check_int(self.refit_every, "refit_every", 1)
+        check_int(self.max_pool_kernel, "max_pool_kernel", 0)
         if self._new_head().output != "score" or self.head.startswith("logistic"):
             raise ValueError(f"combined needs a regression head for residuals (krr, gp, knn), got {self.head!r}")
         if isinstance(self.stack, str):  # from a CLI/spec string: "tfidf", "tfidf+hf" or "none"
@@ -335,15 +351,25 @@ class CombinedProvider(EmbeddingProvider):
         names = sorted(self.buffers_) if self.pool else [policy]
         return [p for p in names if p in self.buffers_ and len(self.buffers_[p]) >= 1]
 
+    def _learn(self, ids: list[str], texts: list[str], scores: FloatArray, counts: FloatArray, policy: str) -> None:
+        EmbeddingProvider._learn(self, ids, texts, scores, counts, policy)
+        self.learned_ += 1
+
     def _fit(self, policy: str) -> _CombinedFit | None:
         names = self._pooled(policy)
         if sum(len(self.buffers_[p]) for p in names) < self.min_context:
             return None
         key = tuple(self.buffers_[p].version for p in names)
         cached = self.fits_.get(tuple(names))
-        if cached is not None and cached.key == key:
+        if cached is not None and (cached.key == key or self.learned_ - cached.learned < self.refit_every):
             return cached
-        bufs = [self.buffers_[p] for p in names]
+        fit = self._fit_buffers(names, [self.buffers_[p] for p in names], cached)
+        fit.key, fit.learned = key, self.learned_
+        self.fits_[tuple(names)] = fit
+        return fit
+
+    def _fit_buffers(self, names: list[str], bufs: list[SupportBuffer], cached: _CombinedFit | None) -> _CombinedFit:
+        """The residual model fitted on the buffers ``bufs`` of the policies ``names`` (reusing ``cached``'s caches)."""
         texts = [t for b in bufs for t in b.texts]
         who = np.concatenate([np.full(len(b), j) for j, b in enumerate(bufs)])  # (R,) buffer of each row
         y = np.concatenate([np.asarray(b.scores) for b in bufs])
@@ -377,9 +403,28 @@ class CombinedProvider(EmbeddingProvider):
         r_stack = r_oof @ beta  # (R,)
         rows = CalibrationRows(m_oof, r_stack, np.clip(m_oof + r_stack, -1, 1), y, k)
         masks = {p: who == j for j, p in enumerate(names)}
-        fit = _CombinedFit(key, [predict for _, predict in fitted], beta, rows, masks, caches)
-        self.fits_[tuple(names)] = fit
-        return fit
+        sources = {p: b.to_dict() for p, b in zip(names, bufs, strict=True)} if self.refit_every > 1 else {}
+        return _CombinedFit((), [predict for _, predict in fitted], beta, rows, masks, caches, sources=sources)
+
+    def state_dict(self) -> dict[str, object]:
+        """The embedding provider's state, the update count and (``refit_every`` > 1) the buffers of each fit."""
+        state = EmbeddingProvider.state_dict(self)
+        state["learned"] = self.learned_
+        if self.refit_every > 1:
+            state["fits"] = [{"names": list(names), "learned": fit.learned, "buffers": fit.sources}
+                             for names, fit in self.fits_.items()]  # fmt: skip
+        return state
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        """Restore :meth:`state_dict`; a stale fit is refitted on its saved buffers, so it predicts as the live one."""
+        EmbeddingProvider.load_state_dict(self, state)
+        self.learned_ = int(state.get("learned", 0))  # type: ignore[call-overload]
+        for saved in state.get("fits", []) if self.refit_every > 1 else []:  # type: ignore[attr-defined]
+            names = [str(n) for n in saved["names"]]
+            bufs = [SupportBuffer.from_dict(saved["buffers"][p]) for p in names]
+            fit = self._fit_buffers(names, bufs, None)
+            fit.key, fit.learned = (-1,), int(saved["learned"])  # key (-1,): never the live buffers' versions
+            self.fits_[tuple(names)] = fit
 
     def _caches(self, previous: _CombinedFit | None) -> list[RBFKernelCache]:
         """The kernel caches of a ``krr`` refit: the previous fit's, else new ones.
@@ -391,7 +436,31 @@ class CombinedProvider(EmbeddingProvider):
             return []
         if previous is not None and [c.embed for c in previous.caches] == [e.embed for e in embedders]:
             return previous.caches
-        return [RBFKernelCache(gamma=head.gamma, embed=e.embed) for e in embedders]
+        return [RBFKernelCache(gamma=head.gamma, embed=e.embed, pool=self._pool_kernel(e, head.gamma))
+                for e in embedders]  # fmt: skip
+
+    def prefetch(self, texts: Sequence[str]) -> None:
+        """Embed the prompt pool once and keep its texts, so that ``krr`` refits look its kernel entries up.
+
+        The pool's kernel (:class:`PoolKernel`, P² float64 per feature set) is computed once, at the first refit,
+        instead of its entries every step. A pool of more than ``max_pool_kernel`` distinct texts is only embedded.
+        """
+        EmbeddingProvider.prefetch(self, texts)
+        distinct = list(dict.fromkeys(texts))
+        if len(distinct) > self.max_pool_kernel:
+            log.info("combined prior: a pool of %d prompts (> max_pool_kernel %d): kernel entries computed per step",
+                     len(distinct), self.max_pool_kernel)  # fmt: skip
+            distinct = []
+        self.pool_texts_, self.pool_kernels_ = distinct, {}
+
+    def _pool_kernel(self, emb: Embedder, gamma: float) -> PoolKernel | None:
+        """The pool's kernel for one feature set (built on first use), None without a prefetched pool."""
+        if not self.pool_texts_:
+            return None
+        key = (id(emb), gamma)
+        if key not in self.pool_kernels_:
+            self.pool_kernels_[key] = PoolKernel.build(self.pool_texts_, emb.embed, gamma)
+        return self.pool_kernels_[key]
 
     def _fit_heads(
         self, emb: Embedder, texts: list[str], fold: np.ndarray, residual: Callable[[np.ndarray], FloatArray]

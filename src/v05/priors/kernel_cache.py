@@ -60,6 +60,40 @@ def fixed_point_rbf(a: FixedPointRows, b: FixedPointRows, gamma: float) -> Float
     return np.exp(-gamma * np.maximum(sq_a[:, None] + sq_b[None, :] - 2.0 * cross, 0.0))
 
 
+@dataclass(frozen=True, slots=True)
+class PoolKernel:
+    """The fixed-point RBF kernel among every prompt of a known pool, computed once (the trainer's prompt pool).
+
+    Its entries are the ones :func:`fixed_point_rbf` gives for any two of its texts in any batch, bit for bit (each
+    entry is an exact function of its two rows), so a cache that looks them up computes exactly as one that does not.
+
+    Attributes:
+        index: text → row.
+        rows: the fixed-point rows of the texts.
+        gram: (P, P) kernel.
+    """
+
+    index: dict[str, int]
+    rows: FixedPointRows
+    gram: FloatArray
+
+    @classmethod
+    def build(cls, texts: Sequence[str], embed: Callable[[list[str]], FloatArray], gamma: float) -> PoolKernel:
+        """The kernel among the distinct ``texts`` (P² float64 entries: 32 MB for 2,000 prompts)."""
+        keys = list(dict.fromkeys(texts))
+        rows = fixed_point_rows(embed(keys))
+        return cls({key: i for i, key in enumerate(keys)}, rows, fixed_point_rbf(rows, rows, gamma))
+
+    def lookup(self, keys: Sequence[str]) -> IntArray | None:
+        """Row of each key, or None when one is not in the pool."""
+        out = [self.index.get(key, -1) for key in keys]
+        return None if -1 in out else np.asarray(out, np.int64)
+
+    def block(self, a: IntArray, b: IntArray) -> FloatArray:
+        """(|a|, |b|) kernel between pool rows ``a`` and ``b``."""
+        return np.take(np.take(self.gram, a, axis=0), b, axis=1)
+
+
 @dataclass(kw_only=True, slots=True)
 class RBFKernelCache:
     """Fixed-point rows and RBF kernel entries of the prompts a fit holds, by prompt text, kept across refits.
@@ -73,17 +107,21 @@ class RBFKernelCache:
         gamma: RBF γ.
         embed: texts → (Q, D) features.
         max_queries: kernel rows of not-held query texts remembered until the next :meth:`refresh`.
+        pool: the precomputed kernel of the known prompt pool (same γ and features): entries between pool texts are
+            looked up instead of computed (the same numbers); None computes every entry.
         gram_: (capacity, capacity) K between slots (valid among held slots).
     """
 
     gamma: float
     embed: Callable[[list[str]], FloatArray]
     max_queries: int = 1024
+    pool: PoolKernel | None = None
     index_: dict[str, int] = field(default_factory=dict, init=False)
     rows_: FixedPointRows = field(default_factory=lambda: (np.zeros((0, 0)), np.zeros(0), np.zeros(0)), init=False)
     gram_: FloatArray = field(default_factory=lambda: np.zeros((0, 0)), init=False)
     used_: int = field(default=0, init=False)  # slots [0, used_) hold valid rows (held or freed)
     queries_: dict[str, tuple[FloatArray, FloatArray, float, float]] = field(default_factory=dict, init=False)
+    slot_keys_: list[str] = field(default_factory=list, init=False)  # the text whose row each used slot holds
 
     def refresh(self, keys: Sequence[str]) -> IntArray:
         """Hold exactly the distinct ``keys`` (kept entries stay, new ones are computed); (R,) slot of each key."""
@@ -116,11 +154,29 @@ class RBFKernelCache:
         """Kernel row over slots [0, used_) and fixed-point row (u, s, ‖x̃‖²) of each of ``keys`` (texts not held)."""
         if not keys:
             return {}
-        u, s, sq = rows = fixed_point_rows(self.embed(keys))
+        u, s, sq = rows = self._fixed_point_rows(keys)
         k = np.zeros((len(keys), 0))  # (Q, used_)
         if self.used_:
-            k = fixed_point_rbf(rows, self._rows(slice(0, self.used_)), self.gamma)
+            k = self._kernel(keys, rows, self.slot_keys_[: self.used_], self._rows(slice(0, self.used_)))
         return {key: (k[j], u[j], float(s[j]), float(sq[j])) for j, key in enumerate(keys)}
+
+    def _fixed_point_rows(self, keys: list[str]) -> FixedPointRows:
+        """The fixed-point rows of ``keys`` (the pool's when it holds them all: the same numbers, not re-embedded)."""
+        at = self.pool.lookup(keys) if self.pool is not None else None
+        if at is None:
+            return fixed_point_rows(self.embed(keys))
+        u, s, sq = self.pool.rows  # type: ignore[union-attr]
+        return u[at], s[at], sq[at]
+
+    def _kernel(
+        self, keys_a: list[str], rows_a: FixedPointRows, keys_b: list[str], rows_b: FixedPointRows
+    ) -> FloatArray:
+        """(A, B) fixed-point kernel between two sets of rows: looked up in the pool where it holds both key sets."""
+        if self.pool is not None:
+            a, b = self.pool.lookup(keys_a), self.pool.lookup(keys_b)
+            if a is not None and b is not None:
+                return self.pool.block(a, b)
+        return fixed_point_rbf(rows_a, rows_b, self.gamma)
 
     def _rows(self, index: slice | IntArray) -> FixedPointRows:
         u, s, sq = self.rows_
@@ -136,7 +192,7 @@ class RBFKernelCache:
         if seen:
             parts.append((np.stack([r[1] for r in q]), np.array([r[2] for r in q]), np.array([r[3] for r in q])))
         if unseen:
-            parts.append(fixed_point_rows(self.embed(unseen)))
+            parts.append(self._fixed_point_rows(unseen))
         rows: FixedPointRows = (  # (M, D), (M,), (M,) in the order seen + unseen
             np.concatenate([p[0] for p in parts]),
             np.concatenate([p[1] for p in parts]),
@@ -148,15 +204,19 @@ class RBFKernelCache:
         for store, part in zip(self.rows_, rows, strict=True):
             store[slots] = part
         self.used_ = max(self.used_, int(slots.max()) + 1)
+        self.slot_keys_ += [""] * (self.used_ - len(self.slot_keys_))
+        for slot, key in zip(slots.tolist(), seen + unseen, strict=True):
+            self.slot_keys_[slot] = key
         k_new = np.empty((len(new), len(kept)))  # (M, H) kernel of each new row with every kept slot
         if seen:
             k_new[: len(seen)] = np.stack([r[0] for r in q])[:, kept]
         if unseen and len(kept):  # against every valid slot (views, no gather of the rows), then the kept columns
-            k_all = fixed_point_rbf(self._rows(slots[len(seen) :]), self._rows(slice(0, self.used_)), self.gamma)
+            used = slice(0, self.used_)
+            k_all = self._kernel(unseen, self._rows(slots[len(seen) :]), self.slot_keys_[used], self._rows(used))
             k_new[len(seen) :] = k_all[:, kept]
         self.gram_[np.ix_(slots, kept)] = k_new
         self.gram_[np.ix_(kept, slots)] = k_new.T
-        self.gram_[np.ix_(slots, slots)] = fixed_point_rbf(rows, rows, self.gamma)
+        self.gram_[np.ix_(slots, slots)] = self._kernel(seen + unseen, rows, seen + unseen, rows)
         self.index_ |= dict(zip(seen + unseen, slots.tolist(), strict=True))
 
     def _grow(self, n_slots: int, n_features: int) -> None:
@@ -173,4 +233,4 @@ class RBFKernelCache:
         self.rows_, self.gram_ = (u, s, sq), gram
 
 
-__all__ = ["FixedPointRows", "RBFKernelCache", "fixed_point_rbf", "fixed_point_rows"]
+__all__ = ["FixedPointRows", "PoolKernel", "RBFKernelCache", "fixed_point_rbf", "fixed_point_rows"]
