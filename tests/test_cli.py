@@ -6,6 +6,9 @@ import sys
 
 import pytest
 
+import v05.sim.cli as sim_cli
+from v05.cli import main
+
 
 @pytest.mark.parametrize(
     ("blocked", "argv", "extra"),
@@ -24,3 +27,23 @@ def test_missing_extra_is_one_line_naming_the_extra(blocked, argv, extra, tmp_pa
     err = [ln for ln in proc.stderr.splitlines() if ln.strip() and not ln.startswith(("INFO", "WARNING"))]
     assert proc.returncode == 2, proc.stderr
     assert len(err) == 1 and f"pip install 'v05[{extra}]'" in err[0] and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("message", ["demo interrupted during runs/x (checkpoint saved; re-run to resume)", ""])
+def test_interrupt_is_one_line_and_exit_130(monkeypatch, capsys, message):
+    """A subcommand interrupted (Ctrl-C, or the grid's SIGTERM handler) exits 130 with one stderr line that keeps
+    the interrupt's message (where it says how to resume), never a traceback."""
+    def interrupted(args):
+        raise KeyboardInterrupt(message) if message else KeyboardInterrupt
+
+    real = sim_cli.register
+
+    def register(sub):
+        real(sub)
+        for action in sub.choices.values():
+            action.set_defaults(func=interrupted)
+
+    monkeypatch.setattr(sim_cli, "register", register)
+    assert main(["simulate", "--out", "/tmp/v05-never"]) == 130
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert err == [f"v05 simulate: interrupted: {message or 'interrupted'}"]

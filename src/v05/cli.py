@@ -3,7 +3,9 @@
 Each subcommand lives beside the library code it drives and exposes ``register(subparsers)``, which adds its
 parser and sets ``func(args) -> int``. Bad input (``ValueError``, ``OSError``: missing files, a path of the wrong
 kind) becomes a one-line error on stderr and exit code 2, never a traceback; so does a missing optional dependency,
-named with the extra that installs it.
+named with the extra that installs it. An interrupt (Ctrl-C, or SIGTERM where a command turns it into one) ends
+with one line saying so and exit code 130: the trainer and the grid checkpoint before they stop, so re-running the
+command resumes.
 """
 
 from __future__ import annotations
@@ -93,6 +95,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"v05 {args.command}: error: {missing_dependency_message(err)}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as err:
+        detail = _one_line(err) if str(err) else "interrupted"
+        print(f"v05 {args.command}: interrupted: {detail}", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

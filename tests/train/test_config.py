@@ -76,6 +76,9 @@ def test_quick_shrinks_any_config():
         (["warmup.per_seed=maybe"], "warmup.per_seed"),
         (["train.reward_range=2"], "train.reward_range"),
         (["steps"], "key=value"),
+        (["allocator.rejects=keep"], "allocator.rejects"),
+        (["prior.name=combined", "prior.options={max_pool_kernel: -1}"], "max_pool_kernel"),
+        (["prior.name=combined", "prior.options={refit_every: 0}"], "refit_every"),
     ],
 )
 def test_bad_configs_name_the_field(overrides, field):

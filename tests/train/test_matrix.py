@@ -20,6 +20,7 @@ from v05.train.matrix import (
     grid_cells,
     load_grid,
     method_family,
+    methods_markdown,
     paired_difference,
     results_markdown,
     t_interval,
@@ -533,3 +534,13 @@ def test_the_prior_pay_grid_resolves(tmp_path):
     per_step = {c.method.name: c.cfg.train.batch_size * (c.cfg.allocator.options.get("k") or 1) for c in cells
                 if c.cfg.allocator.name in ("fixed", "prior_select")}  # fmt: skip
     assert set(per_step.values()) == {128}, per_step  # 128 rollouts a step, whatever k
+
+
+def test_results_page_lists_each_method_with_its_config_and_overrides():
+    """The standard grid's page says what each method ran: its config and overrides (dps hands its rejects back,
+    the grid-wide overrides come first), so a reader can tell the standard grid's DPS from prior-pay's dps_fresh."""
+    grid = load_grid(REPO / "benchmarks/grids/standard.yaml")
+    text = "\n".join(methods_markdown(grid))
+    assert "- `dps`: `demo-dps` + `allocator.rejects=return`" in text
+    assert "- `grpo4`: `demo-grpo4`\n" in text and "`run.progress=false`" in text
+    assert text.count("\n- `") == len(grid.methods)

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from v05.tasks import make_task
 from v05.train import demo as demo_module
 from v05.train import warmstart
-from v05.train.config import load_config
-from v05.train.demo import config_label, run_demo
+from v05.train.config import load_config, to_yaml
+from v05.train.demo import DEMO_REGIMES, config_label, run_demo
 from v05.train.loop import TrainResult
+from v05.train.matrix import load_grid
 from v05.train.sft import SFTResult
+
+GRIDS = Path(__file__).resolve().parents[2] / "benchmarks" / "grids"
 
 
 def test_warm_start_stops_on_the_validation_split(tmp_path, monkeypatch, tiny_overrides):
@@ -79,3 +83,39 @@ def test_demo_writes_file_configs_under_out(tmp_path, monkeypatch):
     (tmp_path / "other" / "my.yaml").write_text("name: x\n")
     with pytest.raises(ValueError, match="share a run label"):
         run_demo(out, configs=(str(cfg_dir / "my.yaml"), str(tmp_path / "other" / "my.yaml")))
+
+
+@pytest.mark.parametrize("grid", ["standard.yaml", "prior-pay.yaml"])
+def test_demo_hard_regime_is_the_grids_arithmetic_hard_setting(grid):
+    """`v05 demo --regime hard` warm-starts as the matrix's arithmetic-hard task setting does, so the demo shows the
+    regime the matrix measured (one definition drifting from the other would compare two warm starts)."""
+    task = {t.name: t for t in load_grid(GRIDS / grid).tasks}["arithmetic-hard"]
+    assert DEMO_REGIMES["hard"] == task.overrides and task.regime == "hard"
+    assert DEMO_REGIMES["easy"] == {t.name: t for t in load_grid(GRIDS / grid).tasks}["arithmetic-easy"].overrides
+
+
+def test_demo_regime_reaches_every_run_and_a_finished_run_of_another_regime_is_refused(tmp_path, monkeypatch):
+    """--regime hard trains every config from the 15 % warm start; a finished easy run in --out is not reused as the
+    hard one (it names the differing field), and an unknown regime is one ValueError."""
+    seen = []
+
+    def fake_train(cfg, run_dir, *, resume=False):
+        seen.append(cfg.warmup.sft.target_pass_rate)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text(to_yaml(cfg))
+        (run_dir / "final").mkdir()
+        return TrainResult(run_dir, 1, 1, 0.0)
+
+    monkeypatch.setattr("v05.train.loop.train", fake_train)
+    monkeypatch.setattr(demo_module, "write_report", lambda runs, out, title: out / "report.html")
+    monkeypatch.setattr(demo_module, "load_runs", lambda dirs: list(dirs))
+    run_demo(tmp_path / "hard", configs=("demo-grpo4", "demo-v05"), regime="hard")
+    assert seen == [0.15, 0.15]
+    run_demo(tmp_path / "hard", configs=("demo-grpo4", "demo-v05"), regime="hard")  # finished, same config: reused
+    assert seen == [0.15, 0.15]
+    run_demo(tmp_path / "easy", configs=("demo-grpo4",))
+    assert seen[-1] != 0.15
+    with pytest.raises(ValueError, match="another config.*warmup.sft.target_pass_rate"):
+        run_demo(tmp_path / "easy", configs=("demo-grpo4",), regime="hard")
+    with pytest.raises(ValueError, match="unknown regime 'medium'"):
+        run_demo(tmp_path / "easy", regime="medium")

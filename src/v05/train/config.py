@@ -29,7 +29,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from v05._checks import error_line, reward_range_text
 from v05.engines.hf import GenerationConfig
-from v05.priors import PROVIDERS
+from v05.priors import PROVIDERS, make_provider
 from v05.registry import ALLOCATORS, get_allocator, get_estimator
 from v05.tasks import TASKS
 from v05.train.config_paths import check_paths
@@ -527,8 +527,30 @@ def _check_rest(cfg: TrainConfig, need: Any) -> None:
     if cfg.prior.name is not None:
         need(cfg.prior.name in PROVIDERS, "prior.name",
              f"unknown prior provider {cfg.prior.name!r}; valid: {', '.join(PROVIDERS)}")  # fmt: skip
+        try:  # construction only checks the options (models, encoders and data load on first use)
+            make_provider(cfg.prior.name, **cfg.prior.options)
+        except ValueError as err:
+            raise ValueError(f"prior.options: {error_line(err)}") from None
     need(cfg.task.name in TASKS, "task.name", f"unknown task {cfg.task.name!r}; valid: {', '.join(TASKS)}")
     check_paths(cfg)
+
+
+def config_changes(saved: TrainConfig, cfg: TrainConfig) -> dict[str, Any]:
+    """Dotted field → new value for every leaf field where ``cfg`` differs from ``saved`` (empty: the same config).
+
+    A field added since the run was saved reads as its default, so it never counts as a change.
+    """
+    out: dict[str, Any] = {}
+
+    def walk(a: Any, b: Any, prefix: str) -> None:
+        if dataclasses.is_dataclass(a) and type(a) is type(b):
+            for f in dataclasses.fields(a):
+                walk(getattr(a, f.name), getattr(b, f.name), f"{prefix}{f.name}.")
+        elif a != b:
+            out[prefix[:-1]] = b
+
+    walk(saved, cfg, "")
+    return out
 
 
 __all__ = [
@@ -545,6 +567,7 @@ __all__ = [
     "TrainConfig",
     "WarmupConfig",
     "check_config",
+    "config_changes",
     "load_config",
     "packaged_configs",
     "quick_config",

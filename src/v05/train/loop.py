@@ -41,7 +41,7 @@ from v05.rewards import to_pass_rate
 from v05.tasks import make_task
 from v05.train.checkpoint import checkpoint_step, export_policy, restore_state, save_state
 from v05.train.compute import ComputeMeter
-from v05.train.config import TrainConfig, load_config, to_yaml
+from v05.train.config import TrainConfig, config_changes, load_config, to_yaml
 from v05.train.evaluation import evaluate, step_metrics
 from v05.train.features import PolicyFeatureBackend
 from v05.train.policy import load_policy, set_cpu_threads
@@ -381,7 +381,7 @@ def _prepare_run_dir(cfg: TrainConfig, run_dir: Path, resume: bool) -> Path | No
         if ckpt is None and not config_path.exists():
             raise ValueError(f"--resume: no checkpoint in {run_dir / 'checkpoints'} (start without --resume)")
         if config_path.exists():
-            changed = _config_changes(load_config(str(config_path)), cfg)
+            changed = config_changes(load_config(str(config_path)), cfg)
             if set(changed) - set(RESUME_MAY_CHANGE):
                 raise ValueError(
                     f"--resume: the config differs from {config_path} in {', '.join(sorted(changed))}; resume with "
@@ -399,24 +399,6 @@ def _prepare_run_dir(cfg: TrainConfig, run_dir: Path, resume: bool) -> Path | No
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(config_path, text)
     return None
-
-
-def _config_changes(saved: TrainConfig, cfg: TrainConfig) -> dict[str, Any]:
-    """Dotted field → new value for every leaf field where ``cfg`` differs from ``saved``.
-
-    A field added since the run was saved reads as its default, so it never counts as a change.
-    """
-    out: dict[str, Any] = {}
-
-    def walk(a: Any, b: Any, prefix: str) -> None:
-        if dataclasses.is_dataclass(a) and type(a) is type(b):
-            for f in dataclasses.fields(a):
-                walk(getattr(a, f.name), getattr(b, f.name), f"{prefix}{f.name}.")
-        elif a != b:
-            out[prefix[:-1]] = b
-
-    walk(saved, cfg, "")
-    return out
 
 
 def _engine(cfg: TrainConfig, model: Any, tokenizer: Any) -> Any:

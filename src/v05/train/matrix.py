@@ -1350,6 +1350,17 @@ def claims(results: dict[str, Any]) -> list[str]:
     return out
 
 
+def methods_markdown(grid: Grid) -> list[str]:
+    """The results page's list of methods: each name with its config and overrides (after the grid's own)."""
+    lines = ["## Methods", "",
+             "Each method is a packaged config (or file) with overrides, applied after the grid's "
+             f"({', '.join(f'`{o}`' for o in grid.overrides) or 'none'}) and the task setting's:", ""]  # fmt: skip
+    for m in grid.methods:
+        extra = f" + {', '.join(f'`{o}`' for o in m.overrides)}" if m.overrides else ""
+        lines.append(f"- `{m.name}`: `{m.config}`{extra}")
+    return [*lines, ""]
+
+
 def results_markdown(grid: Grid, results: dict[str, Any], meta: dict[str, Any]) -> str:
     """``docs/results.md``: hardware, wall time and command, the protocol, one table per task setting, the claims."""
     hours = meta["cells_wall_time_s"] / 3600
@@ -1368,10 +1379,10 @@ def results_markdown(grid: Grid, results: dict[str, Any], meta: dict[str, Any]) 
             for i, (where, n) in enumerate(sorted(meta.get("cells_hardware", {}).items()))
         )
         + ".",
-        (
-            "- **Partial: the grid has not finished; the tables show the finished cells.**"
+        *(
+            ["- **Partial: the grid has not finished; the tables show the finished cells.**"]
             if meta["cells_finished"] < meta["cells_total"]
-            else ""
+            else []
         ),
         f"- Cells finished: {meta['cells_finished']} of {meta['cells_total']}; their summed wall time "
         f"{hours:.2f} h (runs, evals included, warm starts excluded); generated {meta['generated']}.",
@@ -1382,6 +1393,7 @@ def results_markdown(grid: Grid, results: dict[str, Any], meta: dict[str, Any]) 
         "",
         PROTOCOL_MD,
         "",
+        *methods_markdown(grid),
     ]
     for name, t in results["tasks"].items():
         lines += [
@@ -1580,6 +1592,7 @@ __all__ = [
     "is_finished",
     "keep_warm_starts",
     "load_grid",
+    "methods_markdown",
     "markdown_table",
     "matrix_results",
     "method_family",
