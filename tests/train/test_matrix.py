@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from v05.report.runs import Run
+from v05.train.config import load_config
 from v05.train.matrix import (
     GridTask,
     gain90_bootstrap,
@@ -22,6 +23,8 @@ from v05.train.matrix import (
     method_family,
     methods_markdown,
     paired_difference,
+    recommended_config,
+    recommended_yaml,
     results_markdown,
     t_interval,
     task_results,
@@ -458,6 +461,16 @@ def test_choose_settings_by_hand(tmp_path, tiny_grid):
     assert choose_settings(grid, cells) == {("tiny-easy", "grpo4"): "lr-high"}
     rec = recommendation(grid, cells)
     assert (rec["method"], rec["setting"], rec["scores"]) == ("grpo4", "lr-high", {"tiny-easy": 0.5})
+    # the pick as a config of its own: the method's config and the setting, not the grid's run overrides
+    cfg = recommended_config(grid, rec)
+    assert (cfg.name, cfg.optim.lr, cfg.train.batch_size, cfg.train.steps) == ("v05_recommended", 2.0e-3, 32, 2000)
+    assert recommended_config(grid, {**rec, "setting": "half"}).train.batch_size == 16
+    with pytest.raises(ValueError, match="not a method and tuning setting"):
+        recommended_config(grid, {**rec, "setting": "lr-low"})
+    text = recommended_yaml(grid, rec, "v05 bench matrix g.yaml --recommended r.yaml")
+    assert text.startswith("# v05-recommended: `grpo4` at tuning setting `lr-high`")
+    (tmp_path / "r.yaml").write_text(text)
+    assert load_config(str(tmp_path / "r.yaml")) == cfg
 
 
 def test_bench_matrix_tunes_then_compares_at_the_chosen_setting(tmp_path, tiny_grid):
@@ -468,8 +481,9 @@ def test_bench_matrix_tunes_then_compares_at_the_chosen_setting(tmp_path, tiny_g
 
     grid_file = _tuning_grid(tmp_path, tiny_grid)
     out, doc = tmp_path / "mx", tmp_path / "results.md"
-    res = bench_matrix(grid_file, out, progress=False, doc=doc)
+    res = bench_matrix(grid_file, out, progress=False, doc=doc, recommended=tmp_path / "rec.yaml")
     assert res["failures"] == {}
+    assert "name: v05_recommended" in (tmp_path / "rec.yaml").read_text()
     scores = {s: tuning_score(load_run(out / "tiny-easy" / f"grpo4@{s}-s7")) for s in ("default", "lr-high", "half")}
     best = max(scores, key=lambda s: (scores[s], -["default", "lr-high", "half"].index(s)))
     task = res["results"]["tasks"]["tiny-easy"]

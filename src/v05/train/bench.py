@@ -236,6 +236,9 @@ def register_benches(bsub: argparse._SubParsersAction) -> None:  # type: ignore[
     mx.add_argument("--store", default=None,
                     help="keep finished cells here and resume from them on another machine (default: the grid's "
                          "store:, none for --quick); 'none' keeps nothing")  # fmt: skip
+    mx.add_argument("--recommended", default=None,
+                    help="write the tuning sweep's pick (tuning.recommend) here as a config, once the sweep has "
+                         "finished (e.g. src/v05/train/configs/v05-recommended.yaml)")  # fmt: skip
     mx.set_defaults(func=_run_matrix)
 
 
@@ -262,10 +265,12 @@ def _run_matrix(args: argparse.Namespace) -> int:
         raise ValueError(f"--workers must be >= 1, got {args.workers}")
     out = args.out or f"runs/matrix-{Path(args.grid).stem}{'-quick' if args.quick else ''}"
     command = " ".join(["v05 bench matrix", args.grid, *(["--quick"] if args.quick else []),
-                        *(f"--{k} {v}" for k, v in (("json", args.json), ("doc", args.doc)) if v)])  # fmt: skip
+                        *(f"--{k} {v}" for k, v in (("json", args.json), ("doc", args.doc),
+                                                    ("recommended", args.recommended)) if v)])  # fmt: skip
     res = bench_matrix(args.grid, out, quick=args.quick, workers=args.workers, json_path=args.json, doc=args.doc,
                        readme=args.readme, command=command, train_cells=not args.report_only,
-                       tasks=[t for t in args.tasks.split(",") if t], store=args.store)  # fmt: skip
+                       tasks=[t for t in args.tasks.split(",") if t], store=args.store,
+                       recommended=args.recommended)  # fmt: skip
     for name, task in res["results"]["tasks"].items():  # the CLI's output: one line per method and task
         print(f"{name} ({task['regime']}, warm start {task['warm_start_eval']:.3f}, ref {task['reference']}):")
         for row in headline_rows(task):

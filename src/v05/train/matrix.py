@@ -511,6 +511,44 @@ def recommendation(grid: Grid, cells: Sequence[Cell]) -> dict[str, Any] | None:
             "scores": full[best], "rule": RECOMMEND_RULE}  # fmt: skip
 
 
+RECOMMENDED_NAME = "v05_recommended"
+"""The ``name`` of the recommended configuration (the packaged config ``v05-recommended``)."""
+
+
+def recommended_config(grid: Grid, rec: dict[str, Any]) -> TrainConfig:
+    """The recommended (method, setting) of :func:`recommendation` as a config of its own.
+
+    The method's config with its overrides and the setting's (its batch scale included), named
+    :data:`RECOMMENDED_NAME`; without the grid's and the task setting's overrides (run options, the warm-start regime),
+    which a user chooses (``v05 demo --regime``).
+
+    Raises:
+        ValueError: ``rec`` names a method or setting the grid lacks.
+    """
+    methods = {m.name: m for m in grid.methods}
+    settings = {s.name: s for s in grid.tuning.settings} if grid.tuning is not None else {}
+    if rec.get("method") not in methods or rec.get("setting") not in settings:
+        raise ValueError(f"recommended {rec.get('method')!r} at {rec.get('setting')!r}: not a method and tuning "
+                         f"setting of grid {grid.name!r}")  # fmt: skip
+    method, setting = methods[rec["method"]], settings[rec["setting"]]
+    overrides = (*method.overrides, *setting.overrides, f"name={RECOMMENDED_NAME}")
+    cfg = load_config(method.config, overrides)
+    if setting.batch_scale != 1.0:
+        cfg = load_config(method.config, (*overrides, *_scale_overrides(cfg, setting.batch_scale)))
+    return cfg
+
+
+def recommended_yaml(grid: Grid, rec: dict[str, Any], command: str) -> str:
+    """The packaged ``v05-recommended.yaml``: a header naming the pick and the command, then the resolved config."""
+    scores = ", ".join(f"{t} {v:.3f}" for t, v in rec["scores"].items())
+    header = (
+        f"# v05-recommended: `{rec['method']}` at tuning setting `{rec['setting']}` of grid {grid.path.as_posix()}\n"
+        f"# (mean tuning score {rec['score_mean']:.3f}: {scores}), picked by the rule: {rec['rule']}.\n"
+        f"# Written by: {command}; do not edit by hand.\n"
+    )
+    return header + to_yaml(recommended_config(grid, rec))
+
+
 def choose_settings(grid: Grid, cells: Sequence[Cell]) -> dict[tuple[str, str], str | None]:
     """(task, method) → the tuning setting with the best score, once every setting of the pair has finished.
 
@@ -1504,12 +1542,14 @@ def bench_matrix(
     progress: bool = True,
     tasks: Sequence[str] | None = None,
     store: str | Path | None = None,
+    recommended: str | Path | None = None,
 ) -> dict[str, Any]:
     """Run a grid (finished cells reused) and write the report, the JSON and, if asked, ``doc`` and the README section.
 
     ``tasks`` restricts the run (and the results) to some task settings: the grid can run in parts. ``store``
     (default: the grid's ``store:``; ``"none"``: no store) keeps every finished cell and restores the ones this
-    ``out`` lacks, so that parts can run on fresh machines (:func:`restore_cells`).
+    ``out`` lacks, so that parts can run on fresh machines (:func:`restore_cells`). ``recommended``: where to write
+    the recommended configuration (:func:`recommended_yaml`) once the tuning sweep has picked it.
 
     Returns:
         ``{"results": the contract JSON, "failures": {run_dir: error}, "meta": ..., "report": index.html}``.
@@ -1556,6 +1596,8 @@ def bench_matrix(
     report = write_matrix_report(grid, cells, results, out, meta=meta) if results["tasks"] else None
     if doc is not None:
         Path(doc).write_text(results_markdown(grid, results, meta), encoding="utf-8")
+    if recommended is not None and results["recommended"] is not None:
+        Path(recommended).write_text(recommended_yaml(grid, results["recommended"], meta["command"]), encoding="utf-8")
     if readme is not None:
         replace_readme_section(
             Path(readme), readme_section(results, meta, Path(doc).as_posix() if doc else "docs/results.md")
@@ -1567,6 +1609,7 @@ __all__ = [
     "BOOTSTRAP_RESAMPLES",
     "README_BEGIN",
     "README_END",
+    "RECOMMENDED_NAME",
     "RECOMMEND_RULE",
     "FAMILIES",
     "GAIN_FRACTION",
@@ -1599,6 +1642,8 @@ __all__ = [
     "paired_difference",
     "readme_section",
     "recommendation",
+    "recommended_config",
+    "recommended_yaml",
     "replace_readme_section",
     "restore_cells",
     "restore_warm_starts",
