@@ -16,6 +16,7 @@ from v05.report.runs import Run
 from v05.train.config import load_config
 from v05.train.matrix import (
     GridTask,
+    cpu_label,
     gain90_bootstrap,
     gain_targets,
     grid_cells,
@@ -558,3 +559,13 @@ def test_results_page_lists_each_method_with_its_config_and_overrides():
     assert "- `dps`: `demo-dps` + `allocator.rejects=return`" in text
     assert "- `grpo4`: `demo-grpo4`\n" in text and "`run.progress=false`" in text
     assert text.count("\n- `") == len(grid.methods)
+
+
+def test_cpu_label_names_the_widest_unit():
+    """Cells trained on CPUs of one name but other units (AVX2, AVX-512, AMX: other kernels, other trajectories) are
+    told apart in the results' hardware line."""
+    amx = "processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Processor\nflags\t\t: fpu avx2 avx512f amx_bf16\n"
+    assert cpu_label(amx, "x86_64") == "Intel(R) Xeon(R) Processor, AMX"
+    assert cpu_label(amx.replace(" amx_bf16", ""), "x86_64") == "Intel(R) Xeon(R) Processor, AVX-512"
+    assert cpu_label("model name : EPYC\nflags : sse avx2\n", "x86_64") == "EPYC, AVX2"
+    assert cpu_label("", "arm64") == "arm64"

@@ -110,13 +110,17 @@ def test_ppo_epochs_share_the_horizon(tmp_path, tiny_overrides):
 
 
 def test_bf16_old_logp_recomputed_so_the_first_ratio_is_one(policy):
-    """In bf16, generate's KV-cached logits differ from the training forward: without a recompute some token's
-    first-epoch ratio is off by more than 1e-3 and tokens clip (clip range 0.001 here, to see it); recomputed with
-    the training forward (the default ``auto`` for a non-float32 policy), every token's ratio is 1 ± 1e-3 and
-    nothing clips."""
+    """A bf16 policy recomputes the old log-probs with the training forward (the default ``auto``), so every token's
+    first-epoch ratio is 1 ± 1e-3 and nothing clips (clip range 0.001 here, to see it), whatever the generation
+    logits were; without the recompute the generation's log-probs are the ratio's denominator. In bf16, generate's
+    KV-cached logits differ from the training forward on some CPUs and agree on others (one with AMX-bf16), so the
+    mismatch is made explicit: the generation log-probs are moved by ±0.01 nats per token (what an engine whose
+    kernels differ from the trainer's returns), which the ratio without the recompute must show."""
     model32, tok = policy
     model = copy.deepcopy(model32).to(torch.bfloat16)
     ro, group = _rollouts(model, tok, k=8, max_new_tokens=8)
+    signs = torch.where(torch.arange(ro.old_logp.numel()).reshape(ro.old_logp.shape) % 2 == 0, 1.0, -1.0)
+    ro = dataclasses.replace(ro, old_logp=ro.old_logp + 0.01 * signs * ro.response_mask)
     cfg = load_config(None, ["generation.max_new_tokens=8", "loss.clip_low=0.001", "loss.clip_high=0.001"])
     assert recompute_old_logp(cfg, model, None) and not recompute_old_logp(cfg, model32, None)
     adv = np.where(np.arange(len(ro)) % 2 == 0, 1.0, -1.0)
@@ -129,7 +133,7 @@ def test_bf16_old_logp_recomputed_so_the_first_ratio_is_one(policy):
         model.load_state_dict(state)
     assert out[True]["ratio_max_dev_first_epoch"] <= 1e-3 and out[True]["clip_frac_first_epoch"] == 0.0
     assert abs(out[True]["ratio_first_epoch"] - 1.0) <= 1e-3
-    assert out[False]["ratio_max_dev_first_epoch"] > 1e-3 and out[False]["clip_frac_first_epoch"] > 0.0
+    assert out[False]["ratio_max_dev_first_epoch"] > 5e-3 and out[False]["clip_frac_first_epoch"] > 0.0
 
 
 def test_recompute_modes(policy):

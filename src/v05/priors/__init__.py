@@ -22,7 +22,7 @@ from v05.priors.evaluate import (
     predict_rows,
     predict_rows_online,
 )
-from v05.priors.registry import PROVIDERS, make_provider
+from v05.priors.registry import PROVIDERS, check_provider_options, make_provider
 
 __all__ = [
     "PROVIDERS",
@@ -32,6 +32,7 @@ __all__ = [
     "auc_score",
     "benchmark_throughput",
     "calibrate",
+    "check_provider_options",
     "cross_validate_context",
     "evaluate_v0",
     "group_outcomes",

@@ -19,6 +19,10 @@ EMBEDDING_PROVIDERS = ("v0", "combined")  # the offline evaluation can embed the
 
 def make_provider(name: str, **options: object) -> BaseProvider:
     """Build a provider by name with keyword options; unknown names or options raise ValueError."""
+    return _build(name, options)
+
+
+def _build(name: str, options: dict[str, object]) -> BaseProvider:
     if name not in PROVIDERS:
         raise ValueError(f"unknown prior provider {name!r}; valid: {', '.join(PROVIDERS)}")
     try:
@@ -27,4 +31,13 @@ def make_provider(name: str, **options: object) -> BaseProvider:
         raise ValueError(f"bad options for prior provider {name!r}: {err}") from None
 
 
-__all__ = ["EMBEDDING_PROVIDERS", "PROVIDERS", "make_provider"]
+def check_provider_options(name: str, options: dict[str, object]) -> None:
+    """Raise the ValueError :func:`make_provider` would for ``name`` and ``options``; the provider is discarded.
+
+    Construction only checks the options (models, encoders and data load on first use), so a config is checked
+    when it loads rather than when its run first needs the prior.
+    """
+    _build(name, options)
+
+
+__all__ = ["EMBEDDING_PROVIDERS", "PROVIDERS", "check_provider_options", "make_provider"]

@@ -29,7 +29,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from v05._checks import error_line, reward_range_text
 from v05.engines.hf import GenerationConfig
-from v05.priors import PROVIDERS, make_provider
+from v05.priors import PROVIDERS, check_provider_options
 from v05.registry import ALLOCATORS, get_allocator, get_estimator
 from v05.tasks import TASKS
 from v05.train.config_paths import check_paths
@@ -527,8 +527,8 @@ def _check_rest(cfg: TrainConfig, need: Any) -> None:
     if cfg.prior.name is not None:
         need(cfg.prior.name in PROVIDERS, "prior.name",
              f"unknown prior provider {cfg.prior.name!r}; valid: {', '.join(PROVIDERS)}")  # fmt: skip
-        try:  # construction only checks the options (models, encoders and data load on first use)
-            make_provider(cfg.prior.name, **cfg.prior.options)
+        try:
+            check_provider_options(cfg.prior.name, cfg.prior.options)
         except ValueError as err:
             raise ValueError(f"prior.options: {error_line(err)}") from None
     need(cfg.task.name in TASKS, "task.name", f"unknown task {cfg.task.name!r}; valid: {', '.join(TASKS)}")

@@ -1216,8 +1216,30 @@ def write_matrix_report(
     return path
 
 
+CPU_FEATURES = (("amx_bf16", "AMX"), ("avx512f", "AVX-512"), ("avx2", "AVX2"))
+"""/proc/cpuinfo flag → label: the widest matrix unit names the machine (kernels, hence trajectories, differ)."""
+
+
+def cpu_label(cpuinfo: str, fallback: str) -> str:
+    """``model name`` and the widest vector/matrix unit from /proc/cpuinfo text (``fallback`` where it says none).
+
+    A run's float results depend on the kernels its CPU selects (AVX2, AVX-512, AMX), so cells trained on two
+    machines with one name but different units are told apart in the results.
+    """
+    fields = dict(line.split(":", 1) for line in cpuinfo.splitlines() if ":" in line)
+    fields = {k.strip(): v.strip() for k, v in fields.items()}
+    flags = set(fields.get("flags", "").split())
+    unit = next((label for flag, label in CPU_FEATURES if flag in flags), None)
+    name = fields.get("model name") or fallback
+    return f"{name}, {unit}" if unit else name
+
+
 def _hardware() -> str:
-    cpu = platform.processor() or platform.machine()
+    fallback = platform.processor() or platform.machine()
+    try:
+        cpu = cpu_label(Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace"), fallback)
+    except OSError:  # not Linux
+        cpu = fallback
     return (
         f"{os.cpu_count()} CPU cores ({cpu}), {platform.system()} {platform.release()}, "
         f"Python {platform.python_version()}"
@@ -1607,6 +1629,7 @@ def bench_matrix(
 
 __all__ = [
     "BOOTSTRAP_RESAMPLES",
+    "CPU_FEATURES",
     "README_BEGIN",
     "README_END",
     "RECOMMENDED_NAME",
@@ -1626,6 +1649,7 @@ __all__ = [
     "bench_matrix",
     "cell_state",
     "choose_settings",
+    "cpu_label",
     "claims",
     "compute_at",
     "gain90_bootstrap",
