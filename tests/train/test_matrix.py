@@ -21,9 +21,11 @@ from v05.train.matrix import (
     gain_targets,
     grid_cells,
     load_grid,
+    matrix_results,
     method_family,
     methods_markdown,
     paired_difference,
+    protocol_markdown,
     recommended_config,
     recommended_yaml,
     results_markdown,
@@ -468,6 +470,13 @@ def test_choose_settings_by_hand(tmp_path, tiny_grid):
     assert recommended_config(grid, {**rec, "setting": "half"}).train.batch_size == 16
     with pytest.raises(ValueError, match="not a method and tuning setting"):
         recommended_config(grid, {**rec, "setting": "lr-low"})
+    # the comparison has not run yet (only an untuned method's cell has finished): the report leaves the task out
+    # instead of failing, and the pick is there
+    rloo = [c for c in grid_cells(grid, tmp_path / "mx", choices={}) if c.method.name == "rloo"]
+    assert [c.run_dir.name for c in rloo] == ["rloo-s0"]
+    fake(rloo[0], [0.0, 0.2])
+    partial = matrix_results(grid, rloo, cells)
+    assert partial["tasks"] == {} and partial["pending"]["tiny-easy"]["tuning"]["grpo4"]["chosen"] == "lr-high"
     text = recommended_yaml(grid, rec, "v05 bench matrix g.yaml --recommended r.yaml")
     assert text.startswith("# v05-recommended: `grpo4` at tuning setting `lr-high`")
     (tmp_path / "r.yaml").write_text(text)
@@ -559,6 +568,9 @@ def test_results_page_lists_each_method_with_its_config_and_overrides():
     assert "- `dps`: `demo-dps` + `allocator.rejects=return`" in text
     assert "- `grpo4`: `demo-grpo4`\n" in text and "`run.progress=false`" in text
     assert text.count("\n- `") == len(grid.methods)
+    assert "no method was tuned" in protocol_markdown(grid)
+    tuned = protocol_markdown(load_grid(REPO / "benchmarks/grids/prior-pay.yaml"))
+    assert "no method was tuned" not in tuned and "on seed 100, which is not compared" in tuned and "`ppo`" in tuned
 
 
 def test_cpu_label_names_the_widest_unit():

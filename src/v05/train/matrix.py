@@ -1053,11 +1053,10 @@ def matrix_results(grid: Grid, cells: Sequence[Cell], tune: Sequence[Cell] = ())
     """The matrix JSON over the finished cells (a method with no finished seed on a task is left out of it).
 
     With a tuning sweep, each task gets ``tuning`` (:func:`tuning_results`) and each tuned method its ``setting``.
-
-    Raises:
-        ValueError: the reference has no finished cell on some task.
+    A task whose reference has no finished cell yet (say, a tuned reference whose sweep is still running) is left
+    out, with a warning: a grid run in parts reports the tasks it can; its tuning sweep so far goes to ``pending``.
     """
-    tasks = {}
+    tasks, pending = {}, {}
     for task in grid.tasks:
         groups: dict[str, list[Run]] = {}
         settings: dict[str, str | None] = {}
@@ -1065,16 +1064,19 @@ def matrix_results(grid: Grid, cells: Sequence[Cell], tune: Sequence[Cell] = ())
             if cell.task.name == task.name and is_finished(cell):
                 groups.setdefault(cell.method.name, []).append(load_run(cell.run_dir))
                 settings[cell.method.name] = cell.setting
-        if not groups:
-            continue
         if grid.reference not in groups:
-            raise ValueError(f"task {task.name}: the reference {grid.reference} has no finished run yet")
+            if groups:
+                logger.warning("task %s: the reference %s has no finished run yet: the task is left out of the "
+                               "report", task.name, grid.reference)  # fmt: skip
+            if grid.tuning is not None:
+                pending[task.name] = {"tuning": tuning_results(grid, [c for c in tune if c.task.name == task.name])}
+            continue
         tasks[task.name] = task_results(task, groups, grid.reference, grid.methods)
         for name, entry in tasks[task.name]["methods"].items():
             entry["setting"] = settings.get(name)
         if grid.tuning is not None:
             tasks[task.name]["tuning"] = tuning_results(grid, [c for c in tune if c.task.name == task.name])
-    return _nan_to_none({"grid": grid.name, "tasks": tasks})
+    return _nan_to_none({"grid": grid.name, "tasks": tasks, **({"pending": pending} if pending else {})})
 
 
 def tuning_results(grid: Grid, cells: Sequence[Cell]) -> dict[str, Any]:
@@ -1280,8 +1282,8 @@ README_END = "<!-- v05 bench matrix: end -->"
 
 PROTOCOL_MD = (
     "Every method of a task setting starts from the same warm start per seed (the seed also fixes the prompt order), "
-    "uses the same learning rate (1e-4, cosine over the rollout budget) and stops at the same rollout budget; no "
-    "method was tuned. *final* is each seed's last eval pass rate (sampled, T = 1, the task's held-out split), mean "
+    "uses the same learning rate (1e-4, cosine over the rollout budget) and stops at the same rollout budget; {tuned}. "
+    "*final* is each seed's last eval pass rate (sampled, T = 1, the task's held-out split), mean "
     "and 95 % t-interval over seeds. *paired Δ* is eval − reference eval on the same seed, averaged over the common "
     "rollout grid (every eval), mean ± SE over seeds, in points. *rollouts ÷ ref* is the rollouts the seed-mean curve "
     "needs to reach the reference's final, divided by the reference's own; the *90 % gain* column uses the threshold "
@@ -1290,6 +1292,20 @@ PROTOCOL_MD = (
     "token by one model counts 1, a backward 2): equal rollouts is not equal compute. grad norm is the mean over "
     "steps, entropy the last step's."
 )
+
+
+def protocol_markdown(grid: Grid) -> str:
+    """The results page's protocol paragraph; it says which methods were tuned, and how, when the grid tunes."""
+    t = grid.tuning
+    if t is None:
+        return PROTOCOL_MD.format(tuned="no method was tuned")
+    tuned = (
+        f"except that {', '.join(f'`{m}`' for m in t.methods)} were tuned alike: each ran every setting of the sweep "
+        f"({', '.join(f'`{s.name}`' for s in t.settings)}) on seed {t.seed}, which is not compared, and is compared "
+        f"at the setting with the best tuning score (rule `{t.rule}`, per task setting); the other methods ran their "
+        "configs as they are"
+    )
+    return PROTOCOL_MD.format(tuned=tuned)
 
 
 def _m(task: dict[str, Any], name: str) -> dict[str, Any] | None:
@@ -1451,7 +1467,7 @@ def results_markdown(grid: Grid, results: dict[str, Any], meta: dict[str, Any]) 
         "",
         "## Protocol",
         "",
-        PROTOCOL_MD,
+        protocol_markdown(grid),
         "",
         *methods_markdown(grid),
     ]
@@ -1470,6 +1486,8 @@ def results_markdown(grid: Grid, results: dict[str, Any], meta: dict[str, Any]) 
             "",
             *tuning_markdown(grid, t.get("tuning")),
         ]
+    for name, pending in results.get("pending", {}).items():
+        lines += [f"## {name}: the comparison has not run yet", "", *tuning_markdown(grid, pending.get("tuning"))]
     if grid.tuning is not None and grid.tuning.recommend:
         rec = results.get("recommended")
         lines += [
@@ -1664,6 +1682,7 @@ __all__ = [
     "matrix_results",
     "method_family",
     "paired_difference",
+    "protocol_markdown",
     "readme_section",
     "recommendation",
     "recommended_config",
