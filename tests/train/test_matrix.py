@@ -32,6 +32,7 @@ from v05.train.matrix import (
     t_interval,
     task_results,
 )
+from v05.train.warmstart import warm_start_dir
 
 REPO = Path(__file__).resolve().parents[2]
 CONTRACT = {
@@ -343,6 +344,11 @@ def test_a_method_with_fewer_seeds_is_compared_on_its_own_seeds():
     m = _task({"grpo4": ref, "same": same})["methods"]["same"]
     assert m["rollout_ratio"] == pytest.approx(1.0) and m["rollout_ratio_gain90"] == pytest.approx(1.0)
     assert m["compute_ratio"] == pytest.approx(1.0)
+    # and the other way round: a method with more seeds than the reference is compared on the reference's seeds
+    # (the prior-pay grid's untuned methods come from the store with 3 seeds while a tuned reference has 1)
+    more = [_run("more", 0, [(0, 0.2), (1000, 0.6)]), _run("more", 1, [(0, 0.5), (1000, 0.9)])]
+    m = _task({"grpo4": ref[:1], "more": more})["methods"]["more"]
+    assert m["rollout_ratio"] == pytest.approx(1.0) and m["compute_ratio"] == pytest.approx(1.0)
 
 
 def test_a_store_resumes_the_grid_on_a_fresh_out_and_refuses_another_warm_start(tmp_path, tiny_grid, monkeypatch):
@@ -581,3 +587,22 @@ def test_cpu_label_names_the_widest_unit():
     assert cpu_label(amx.replace(" amx_bf16", ""), "x86_64") == "Intel(R) Xeon(R) Processor, AVX-512"
     assert cpu_label("model name : EPYC\nflags : sse avx2\n", "x86_64") == "EPYC, AVX2"
     assert cpu_label("", "arm64") == "arm64"
+
+
+def test_packaged_recommended_config_is_the_prior_pay_pick():
+    """`v05-recommended` (an interface contract) is the config the prior-pay grid's tuning sweep picked by its stated
+    rule (benchmarks/results/matrix/prior-pay.json, `recommended`), written by `v05 bench matrix ... --recommended`:
+    editing the file by hand, or a pick that moved, turns this red."""
+    results = json.loads((REPO / "benchmarks/results/matrix/prior-pay.json").read_text())
+    rec = results["recommended"]
+    assert rec is not None and rec["method"] in ("v05_eb_k1_b128", "v05_eb_select", "v05_eb_budget", "v05_budget")
+    grid = load_grid(REPO / "benchmarks/grids/prior-pay.yaml")
+    assert load_config("v05-recommended") == recommended_config(grid, rec)
+    assert rec["score_mean"] == pytest.approx(max(
+        np.mean([t["tuning"][m]["settings"][s]["score"] for t in [*results["tasks"].values(),
+                                                                   *results.get("pending", {}).values()]])
+        for m in grid.tuning.recommend for s in [x.name for x in grid.tuning.settings]
+    ))  # fmt: skip
+    # the demo shows it beside its peers: one warm start and one rollout budget with the demo configs
+    cfg, grpo4 = load_config("v05-recommended"), load_config("demo-grpo4")
+    assert warm_start_dir(cfg) == warm_start_dir(grpo4) and cfg.train.max_rollouts == grpo4.train.max_rollouts

@@ -966,14 +966,15 @@ def task_results(
     out = {}
     for name, runs in groups.items():
         finals = [v for v in (r.last(EVAL_KEY) for r in runs) if v is not None]
-        # ratios against the reference on this method's seeds only (a partial grid: the pairs that exist)
-        seeds = {r.seed for r in runs}
+        # ratios on the seeds both have (a partial grid: the pairs that exist), never one side's extra seeds
+        seeds = {r.seed for r in runs} & {r.seed for r in ref_runs}
         pair_ref = [r for r in ref_runs if r.seed in seeds] or ref_runs
+        pair_runs = [r for r in runs if r.seed in seeds] or runs
         _, m_final, m_threshold = gain_targets(pair_ref)
         m_reach, m_reach90 = _reach(pair_ref, m_final), _reach(pair_ref, m_threshold)
         m_compute = None if m_reach is None else compute_at(pair_ref, m_reach)
         m_compute90 = None if m_reach90 is None else compute_at(pair_ref, m_reach90)
-        reach, reach90 = _reach(runs, m_final), _reach(runs, m_threshold)
+        reach, reach90 = _reach(pair_runs, m_final), _reach(pair_runs, m_threshold)
         paired = paired_difference(runs, ref_runs)
         grad_sd = [float(np.std(v)) for v in (r.series("grad_norm")[1] for r in runs) if v.size > 1]
         boot = gain90_bootstrap(runs, ref_runs, rng) if name != reference else {"ci95": [1.0, 1.0], "never_frac": 0.0}
@@ -994,8 +995,8 @@ def task_results(
             "rollout_ratio_gain90": _ratio(reach90, m_reach90),
             "rollout_ratio_gain90_ci95": boot["ci95"],
             "rollout_ratio_gain90_never_frac": boot["never_frac"],
-            "compute_ratio": _ratio(None if reach is None else compute_at(runs, reach), m_compute),
-            "compute_ratio_gain90": _ratio(None if reach90 is None else compute_at(runs, reach90), m_compute90),
+            "compute_ratio": _ratio(None if reach is None else compute_at(pair_runs, reach), m_compute),
+            "compute_ratio_gain90": _ratio(None if reach90 is None else compute_at(pair_runs, reach90), m_compute90),
             "compute_per_rollout": float(
                 np.mean(
                     [
