@@ -403,6 +403,14 @@ def _scale_overrides(cfg: TrainConfig, scale: float) -> list[str]:
     return out
 
 
+def _load_at(config: str, overrides: Sequence[str], setting: GridSetting | None, *, quick: bool = False) -> TrainConfig:
+    """``config`` with ``overrides`` (which hold the setting's own), its batch scaled by the setting's scale."""
+    cfg = load_config(config, overrides, quick=quick)
+    if setting is not None and setting.batch_scale != 1.0:
+        cfg = load_config(config, (*overrides, *_scale_overrides(cfg, setting.batch_scale)), quick=quick)
+    return cfg
+
+
 def _cell(
     grid: Grid, task: GridTask, method: GridMethod, seed: int, run_dir: Path, *, quick: bool,
     setting: GridSetting | None = None, tuning: bool = False,
@@ -412,9 +420,7 @@ def _cell(
     extra = () if setting is None else setting.overrides
     overrides = (*grid.overrides, *task.overrides, *method.overrides, *extra, f"name={name}", f"seed={seed}")
     try:
-        cfg = load_config(method.config, overrides, quick=quick)
-        if setting is not None and setting.batch_scale != 1.0:
-            cfg = load_config(method.config, (*overrides, *_scale_overrides(cfg, setting.batch_scale)), quick=quick)
+        cfg = _load_at(method.config, overrides, setting, quick=quick)
     except ValueError as err:
         raise ValueError(f"grid cell {task.name}/{name}: {err}") from None
     return Cell(task=task, method=method, seed=seed, run_dir=run_dir, cfg=cfg,
@@ -532,10 +538,7 @@ def recommended_config(grid: Grid, rec: dict[str, Any]) -> TrainConfig:
                          f"setting of grid {grid.name!r}")  # fmt: skip
     method, setting = methods[rec["method"]], settings[rec["setting"]]
     overrides = (*method.overrides, *setting.overrides, f"name={RECOMMENDED_NAME}")
-    cfg = load_config(method.config, overrides)
-    if setting.batch_scale != 1.0:
-        cfg = load_config(method.config, (*overrides, *_scale_overrides(cfg, setting.batch_scale)))
-    return cfg
+    return _load_at(method.config, overrides, setting)
 
 
 def recommended_yaml(grid: Grid, rec: dict[str, Any], command: str) -> str:
