@@ -60,13 +60,14 @@ def test_cache_entries_equal_a_fresh_computation_bit_for_bit():
         buf = buf + buf[:3] + query[:5]  # a text in two rows; queried texts join
         slots = cache.refresh(buf)
         fresh = fixed_point_rows(embed(buf))
-        assert np.array_equal(np.take(np.take(cache.gram_, slots, 0), slots, 1), fixed_point_rbf(fresh, fresh, 1.5))
+        assert np.array_equal(np.take(np.take(cache.gram, slots, 0), slots, 1), fixed_point_rbf(fresh, fresh, 1.5))
 
 
 def test_a_cache_over_a_pool_kernel_computes_exactly_what_one_without_it_does():
-    """With the pool's kernel precomputed (150 of 200 texts), the same refreshes and queries — texts in the pool and
-    outside it, mixed — give bit-identical Gram blocks and query rows, and a text held in the pool is never embedded
-    again after the pool was built."""
+    """With the pool's kernel precomputed (150 of 200 texts), the same refreshes and queries — buffers inside the pool
+    (served from the pool's rows, nothing copied) alternating with buffers reaching outside it, queries inside and
+    outside — give bit-identical Gram blocks and query rows, and a text held in the pool is never embedded again
+    after the pool was built."""
     rng = np.random.default_rng(5)
     table = {f"t{i}": row for i, row in enumerate(_unit_rows(rng, 200, 64))}
     names = list(table)
@@ -83,10 +84,12 @@ def test_a_cache_over_a_pool_kernel_computes_exactly_what_one_without_it_does():
     for step in range(10):
         hi = 150 if step % 2 else 200  # even steps reach outside the pool
         buf = [names[i] for i in rng.choice(hi, size=int(rng.integers(20, 60)), replace=False)]
-        query = [names[i] for i in rng.choice(hi, size=15, replace=False)]
+        query = [names[i] for i in rng.choice(200 if step % 4 == 1 else hi, size=15, replace=False)]
+        used = pooled.used_
         slots_a, slots_b = plain.refresh(buf), pooled.refresh(buf)
-        assert np.array_equal(np.take(np.take(plain.gram_, slots_a, 0), slots_a, 1),
-                              np.take(np.take(pooled.gram_, slots_b, 0), slots_b, 1))  # fmt: skip
+        assert pooled.pooled_ == (hi == 150) and (hi == 200 or pooled.used_ == used)  # pool rows: no slot copied
+        assert np.array_equal(np.take(np.take(plain.gram, slots_a, 0), slots_a, 1),
+                              np.take(np.take(pooled.gram, slots_b, 0), slots_b, 1))  # fmt: skip
         assert np.array_equal(plain.cross(query, slots_a), pooled.cross(query, slots_b))
     n_plain = len(embedded)
     embedded.clear()

@@ -520,7 +520,7 @@ def _fit_cached_ridge(
     next refit of the same buffers, which replaces the fit holding the predictor).
     """
     slots = cache.refresh(texts)  # (R,)
-    oof, mean, dual = kernel_ridge_cross_val(cache.gram_, fold, n_folds, residual, alpha=head.alpha, rows=slots)
+    oof, mean, dual = kernel_ridge_cross_val(cache.gram, fold, n_folds, residual, alpha=head.alpha, rows=slots)
     return oof, lambda query: mean + cache.cross(query, slots) @ dual
 
 

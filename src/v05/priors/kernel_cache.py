@@ -109,7 +109,8 @@ class RBFKernelCache:
         max_queries: kernel rows of not-held query texts remembered until the next :meth:`refresh`.
         pool: the precomputed kernel of the known prompt pool (same γ and features): entries between pool texts are
             looked up instead of computed (the same numbers); None computes every entry.
-        gram_: (capacity, capacity) K between slots (valid among held slots).
+        gram_: (capacity, capacity) K between slots (valid among held slots); unused while every held text is in
+            the pool.
     """
 
     gamma: float
@@ -122,9 +123,19 @@ class RBFKernelCache:
     used_: int = field(default=0, init=False)  # slots [0, used_) hold valid rows (held or freed)
     queries_: dict[str, tuple[FloatArray, FloatArray, float, float]] = field(default_factory=dict, init=False)
     slot_keys_: list[str] = field(default_factory=list, init=False)  # the text whose row each used slot holds
+    pooled_: bool = field(default=False, init=False)  # the last refresh's rows are the pool's (every key in it)
 
     def refresh(self, keys: Sequence[str]) -> IntArray:
-        """Hold exactly the distinct ``keys`` (kept entries stay, new ones are computed); (R,) slot of each key."""
+        """Hold exactly the distinct ``keys``; (R,) row of :attr:`gram` (a slot) of each key.
+
+        When the pool holds every key, nothing is copied: the rows are the pool's and :attr:`gram` is the pool's
+        kernel (the trainer's case, every step; the same numbers). Otherwise kept entries stay and new ones are
+        computed.
+        """
+        at = self.pool.lookup(keys) if self.pool is not None else None
+        self.pooled_ = at is not None
+        if at is not None:
+            return at
         wanted = dict.fromkeys(keys)
         freed = [slot for key, slot in self.index_.items() if key not in wanted]
         self.index_ = {key: slot for key, slot in self.index_.items() if key in wanted}
@@ -134,8 +145,21 @@ class RBFKernelCache:
         self.queries_ = {}  # their rows were over the old slots
         return np.fromiter((self.index_[key] for key in keys), np.int64, len(keys))
 
+    @property
+    def gram(self) -> FloatArray:
+        """The kernel matrix the rows :meth:`refresh` returned index: the pool's, or ``gram_`` (valid among held slots)."""
+        return self.pool.gram if self.pooled_ else self.gram_  # type: ignore[union-attr]
+
     def cross(self, keys: Sequence[str], slots: IntArray) -> FloatArray:
-        """(Q, R) kernel between ``keys`` and the held rows ``slots``; rows of keys not held are kept for refresh."""
+        """(Q, R) kernel between ``keys`` and the rows ``slots`` of the last refresh (``keys`` not held are kept for
+        the next refresh; with pool rows, a key outside the pool is embedded and computed, not kept)."""
+        if self.pooled_:
+            pool = self.pool  # type: ignore[union-attr]
+            at = pool.lookup(keys)
+            if at is not None:
+                return pool.block(at, slots)
+            u, s, sq = pool.rows
+            return fixed_point_rbf(self._fixed_point_rows(list(keys)), (u[slots], s[slots], sq[slots]), self.gamma)
         out = np.empty((len(keys), len(slots)))
         held = [(i, self.index_[key]) for i, key in enumerate(keys) if key in self.index_]
         if held:
