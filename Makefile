@@ -88,7 +88,8 @@ lock:
 
 install: $(VENV)/.installed
 
-# The main job: warm start (cached), GRPO k=16 / GRPO k=4 / V0.5 / v05_eb at one rollout budget, report in runs/demo.
+# The main job: the hard (~15%) warm start (cached), GRPO k=16 / GRPO k=4 / V0.5 / v05-recommended at one rollout
+# budget, report in runs/demo.
 demo: $(VENV)/.installed
 	$(VENV)/bin/v05 demo --out runs/demo
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -11,7 +12,7 @@ from v05.tasks import make_task
 from v05.train import demo as demo_module
 from v05.train import warmstart
 from v05.train.config import load_config, to_yaml
-from v05.train.demo import DEMO_REGIMES, config_label, run_demo
+from v05.train.demo import DEMO_CONFIGS, DEMO_REGIMES, config_label, run_demo
 from v05.train.loop import TrainResult
 from v05.train.matrix import load_grid
 from v05.train.sft import SFTResult
@@ -94,6 +95,20 @@ def test_demo_hard_regime_is_the_grids_arithmetic_hard_setting(grid):
     assert DEMO_REGIMES["easy"] == {t.name: t for t in load_grid(GRIDS / grid).tasks}["arithmetic-easy"].overrides
 
 
+def test_make_demo_shows_the_recommended_config_beside_both_grpos_and_the_papers_v05_from_the_hard_warm_start():
+    """`make demo` (`v05 demo` without options) trains GRPO k = 16, GRPO k = 4, V0.5 and v05-recommended from the
+    ~15 % warm start (issue 14: the regime where the prior pays), all four at one rollout budget."""
+    parser = argparse.ArgumentParser()
+    demo_module.register(parser.add_subparsers())
+    args = parser.parse_args(["demo"])
+    assert args.regime == "hard" and tuple(args.configs.split(",")) == DEMO_CONFIGS
+    assert DEMO_CONFIGS == ("demo-grpo16", "demo-grpo4", "demo-v05", "v05-recommended")
+    cfgs = [load_config(name, DEMO_REGIMES["hard"]) for name in DEMO_CONFIGS]
+    assert {c.train.max_rollouts for c in cfgs} == {38_400}
+    assert {c.warmup.sft.target_pass_rate for c in cfgs} == {0.15}
+    assert [(c.estimator.name, c.prior.name) for c in cfgs][2:] == [("v05", "v0"), ("v05_eb", "combined")]
+
+
 def test_demo_regime_reaches_every_run_and_a_finished_run_of_another_regime_is_refused(tmp_path, monkeypatch):
     """--regime hard trains every config from the 15 % warm start; a finished easy run in --out is not reused as the
     hard one (it names the differing field), and an unknown regime is one ValueError."""
@@ -109,13 +124,13 @@ def test_demo_regime_reaches_every_run_and_a_finished_run_of_another_regime_is_r
     monkeypatch.setattr("v05.train.loop.train", fake_train)
     monkeypatch.setattr(demo_module, "write_report", lambda runs, out, title: out / "report.html")
     monkeypatch.setattr(demo_module, "load_runs", lambda dirs: list(dirs))
-    run_demo(tmp_path / "hard", configs=("demo-grpo4", "demo-v05"), regime="hard")
+    run_demo(tmp_path / "hard", configs=("demo-grpo4", "demo-v05"))  # the default regime is the hard one
     assert seen == [0.15, 0.15]
     run_demo(tmp_path / "hard", configs=("demo-grpo4", "demo-v05"), regime="hard")  # finished, same config: reused
     assert seen == [0.15, 0.15]
-    run_demo(tmp_path / "easy", configs=("demo-grpo4",))
+    run_demo(tmp_path / "easy", configs=("demo-grpo4",), regime="easy")
     assert seen[-1] != 0.15
     with pytest.raises(ValueError, match="another config.*warmup.sft.target_pass_rate"):
-        run_demo(tmp_path / "easy", configs=("demo-grpo4",), regime="hard")
+        run_demo(tmp_path / "easy", configs=("demo-grpo4",))
     with pytest.raises(ValueError, match="unknown regime 'medium'"):
         run_demo(tmp_path / "easy", regime="medium")

@@ -147,12 +147,15 @@ class RBFKernelCache:
 
     @property
     def gram(self) -> FloatArray:
-        """The kernel matrix the rows :meth:`refresh` returned index: the pool's, or ``gram_`` (valid among held slots)."""
+        """The kernel matrix that :meth:`refresh`'s rows index: the pool's, or ``gram_`` (valid among held slots)."""
         return self.pool.gram if self.pooled_ else self.gram_  # type: ignore[union-attr]
 
     def cross(self, keys: Sequence[str], slots: IntArray) -> FloatArray:
-        """(Q, R) kernel between ``keys`` and the rows ``slots`` of the last refresh (``keys`` not held are kept for
-        the next refresh; with pool rows, a key outside the pool is embedded and computed, not kept)."""
+        """(Q, R) kernel between ``keys`` and the rows ``slots`` of the last refresh.
+
+        Rows of keys not held are kept for the next refresh; with pool rows, a key outside the pool is embedded and
+        computed, not kept.
+        """
         if self.pooled_:
             pool = self.pool  # type: ignore[union-attr]
             at = pool.lookup(keys)
