@@ -2,8 +2,8 @@
 
 The four packaged configs share the task, the tiny policy and its SFT warm start (trained once, cached), and stop at
 the same number of rollouts consumed. By default they start from the ``hard`` warm start (~15 % sampled pass rate):
-the regime in which ``v05 bench matrix`` found that the prior pays (``docs/results-prior-pay.md``); at ~40 % (``easy``)
-a prior saves no rollouts there. Each run is a normal run directory under ``--out``; a finished run is reused
+the regime in which ``v05 bench matrix`` found that the prior pays most (``docs/results-prior-pay.md``); at ~40 %
+(``easy``) it saves less. Each run is a normal run directory under ``--out``; a finished run is reused
 and an interrupted one resumed, so ``make demo`` can be re-run cheaply. The report compares eval pass rate against
 rollouts consumed (the headline axis) and prints the final table.
 """
