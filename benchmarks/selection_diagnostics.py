@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
             )
     if args.json is not None:
         clean = {
-            t: {m: {k: None if v != v else v for k, v in r.items()} for m, r in rows.items()}
+            t: {m: {k: None if math.isnan(v) else v for k, v in r.items()} for m, r in rows.items()}
             for t, rows in result.items()
         }
         args.json.write_text(json.dumps(clean, indent=1) + "\n")  # NaN (no such metric) as null
