@@ -19,7 +19,19 @@ from v05.allocation.greso import GRESO
 from v05.allocation.osla import OSLA
 from v05.allocation.sara import SARA
 from v05.allocation.select import PriorSelect
-from v05.estimators import Estimate, dbb, drgrpo, grpo, oracle, poise, reinforce_pp_baseline, rloo, v05, v05_eb
+from v05.estimators import (
+    Estimate,
+    dbb,
+    drgrpo,
+    grpo,
+    oracle,
+    poise,
+    reinforce_pp,
+    reinforce_pp_baseline,
+    rloo,
+    v05,
+    v05_eb,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +65,7 @@ ESTIMATORS: dict[str, EstimatorSpec] = {
     "grpo": EstimatorSpec(grpo),
     "drgrpo": EstimatorSpec(drgrpo),
     "rloo": EstimatorSpec(rloo),
+    "reinforce_pp": EstimatorSpec(reinforce_pp),
     "reinforce_pp_baseline": EstimatorSpec(reinforce_pp_baseline),
     "dbb": EstimatorSpec(dbb, stateful=True, keyed=True),
     "v05": EstimatorSpec(v05, uses_prior=True),

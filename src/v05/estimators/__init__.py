@@ -1,13 +1,14 @@
 """Advantage estimators: pure functions over a flat ragged batch, each returning an :class:`Estimate`.
 
-Group-relative: ``grpo``, ``drgrpo``, ``rloo``, ``reinforce_pp_baseline``, ``oracle``. Prior fusion: ``v05`` (the
+Group-relative: ``grpo``, ``drgrpo``, ``rloo``, ``reinforce_pp_baseline``, ``oracle``; batch-relative:
+``reinforce_pp``. Prior fusion: ``v05`` (the
 paper's shrinkage + test) and ``v05_eb`` (ours). History: ``dbb``. The name → function registry is
 :mod:`v05.registry`.
 """
 
 from v05.estimators._batch import Estimate
 from v05.estimators.fusion import PriorErrorState, v05, v05_eb
-from v05.estimators.group import drgrpo, grpo, oracle, reinforce_pp_baseline, rloo
+from v05.estimators.group import drgrpo, grpo, oracle, reinforce_pp, reinforce_pp_baseline, rloo
 from v05.estimators.history import dbb
 from v05.estimators.probe import cross_rollout_targets, poise
 
@@ -20,6 +21,7 @@ __all__ = [
     "grpo",
     "oracle",
     "poise",
+    "reinforce_pp",
     "reinforce_pp_baseline",
     "rloo",
     "v05",

@@ -8,6 +8,8 @@ advantage is 0 for ``grpo``, ``drgrpo``, ``rloo`` and ``reinforce_pp_baseline`` 
 
 from __future__ import annotations
 
+import numpy as np
+
 from v05._checks import RewardRange, check_positive
 from v05.advantages import Scale, scale_advantages
 from v05.baselines import group_mean, leave_one_out
@@ -97,6 +99,30 @@ def reinforce_pp_baseline(
     return Estimate(adv, base)
 
 
+def reinforce_pp(rewards: object, group: object, *, reward_range: RewardRange = "pm1", eps: float = 1e-8) -> Estimate:
+    r"""REINFORCE++ (outcome rewards, no KL term): whiten the returns over the whole batch, no group baseline.
+
+        A_i = (r_i − r̄) / √(var(r) + ε),   r̄ = mean over the batch's rollouts, var unbiased, ε = 1e-8
+
+    The batch mean is the baseline, so it works at k = 1 (one rollout per prompt), where every group baseline is r
+    itself. Deviation from verl (``compute_reinforce_plus_plus_outcome_advantage``): verl whitens the per-token
+    returns (longer responses weigh more) and folds a token-level KL penalty into the reward; this per-rollout form
+    weighs rollouts equally (identical for equal-length responses) and leaves KL to the loss.
+    Bias: the batch mean includes r_i (a 1/N bias, as the group mean's 1/k); whitening couples prompts.
+    Degenerate cases: an all-equal batch has A = 0; a batch of one rollout has var NaN → A = 0 (ε only).
+
+    References: Hu (2025) "REINFORCE++", arXiv:2501.03262.
+
+    >>> reinforce_pp([1., -1., -1., -1.], [0, 1, 2, 3]).baseline.tolist()
+    [-0.5, -0.5, -0.5, -0.5]
+    """
+    check_positive(eps, "eps")
+    b = prepare(rewards, group, reward_range=reward_range)
+    base = np.full(b.rewards.shape, float(np.mean(b.rewards)) if b.rewards.size else 0.0)
+    adv = scale_advantages(b.rewards, base, b.group, scale="batch_whiten", reward_range=reward_range, eps=eps)
+    return Estimate(adv, base)
+
+
 def oracle(
     rewards: object, group: object, *, mu: object = None, reward_range: RewardRange = "pm1", scale: Scale = "none"
 ) -> Estimate:
@@ -125,4 +151,4 @@ def oracle(
     return Estimate(scale_advantages(b.rewards, base, b.group, scale=scale, reward_range=reward_range), base)
 
 
-__all__ = ["drgrpo", "grpo", "oracle", "reinforce_pp_baseline", "rloo"]
+__all__ = ["drgrpo", "grpo", "oracle", "reinforce_pp", "reinforce_pp_baseline", "rloo"]

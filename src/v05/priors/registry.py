@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from v05.priors.incontext import CombinedProvider, ProbeProvider, V0Provider
-from v05.priors.providers import BaseProvider, HistoryProvider, RunningMeanProvider
+from v05.priors.providers import BaseProvider, HistoryProvider, OracleProvider, RunningMeanProvider
 
 PROVIDERS: dict[str, type[BaseProvider]] = {
     "running_mean": RunningMeanProvider,
@@ -11,6 +11,7 @@ PROVIDERS: dict[str, type[BaseProvider]] = {
     "v0": V0Provider,
     "combined": CombinedProvider,
     "probe": ProbeProvider,
+    "oracle": OracleProvider,
 }
 """Provider name → class (constructed with keyword options)."""
 

@@ -62,6 +62,11 @@ class ArithmeticTask:
     """add/sub operands have 1..max_digits digits; mul is 1-digit × min(2, max_digits)-digit"""
     verify_timeout_s: float | None = 5.0
     """per-rollout verifier timeout in seconds (None disables it)"""
+    held_out_first: bool = False
+    """draw the eval and validation splits first (from ``seed``), then the training pool from a stream of its own
+    without their questions: the held-out splits then do not depend on ``n_train``, so a revisited pool (2,000) and
+    a fresh one (40,000) are judged on the same prompts. False: one draw split in the order train, eval, validation
+    (every grid before ``benchmarks/grids/evidence.yaml``)."""
 
     _train: tuple[Prompt, ...] = field(init=False, repr=False, compare=False)
     _eval: tuple[Prompt, ...] = field(init=False, repr=False, compare=False)
@@ -92,7 +97,13 @@ class ArithmeticTask:
                 f"n_train + n_eval + n_val = {n} prompts, but {what} with max_digits={self.max_digits} and "
                 f"mix={self.mix}; lower n_train/n_eval/n_val"
             )
-        prompts = self._draw_pool(n)
+        if self.held_out_first:
+            held = self._draw_pool(self.n_eval + self.n_val, np.random.default_rng(self.seed))
+            exclude = frozenset(p.question for p in held)
+            train = self._draw_pool(self.n_train, np.random.default_rng([self.seed, 1]), exclude)
+            prompts = (*train, *held)
+        else:
+            prompts = self._draw_pool(n, np.random.default_rng(self.seed))
         check_unique_keys(prompts, "ArithmeticTask")
         n_seen = self.n_train + self.n_eval
         object.__setattr__(self, "_train", prompts[: self.n_train])
@@ -116,27 +127,34 @@ class ArithmeticTask:
         """The exact integer, e.g. ``"-224"`` for ``"141-365"``."""
         return prompt.answer
 
+    def sft_examples(self, n: int, seed: int) -> list[Prompt]:
+        """Warm-up prompts: :func:`make_sft_examples` (fresh generator draws, none held out)."""
+        return make_sft_examples(self, n, seed)
+
     def score(self, prompts: Sequence[Prompt], completions: Sequence[str]) -> Scores:
         """Reward 1 iff the extracted answer is the gold integer ("+5" == "5", "-0" == "0", spaces ignored)."""
         return score_batch(_verify_integer, prompts, completions, timeout_s=self.verify_timeout_s)
 
-    def _draw_pool(self, n: int) -> tuple[Prompt, ...]:
-        """``n`` distinct questions: ops drawn i.i.d. from ``mix``, then distinct operands per op by rejection."""
-        rng = np.random.default_rng(self.seed)
+    def _draw_pool(self, n: int, rng: np.random.Generator, exclude: frozenset[str] = frozenset()) -> tuple[Prompt, ...]:
+        """``n`` distinct questions not in ``exclude``.
+
+        Ops are drawn i.i.d. from ``mix``, then distinct operands per op by rejection.
+        """
         op = rng.choice(3, size=n, p=self.mix)  # (n,)
         pool: list[Prompt | None] = [None] * n
         for k in range(3):
             slots = np.flatnonzero(op == k)  # (n_k,)
-            for slot, prompt in zip(slots, self._distinct(rng, k, len(slots)), strict=True):
+            for slot, prompt in zip(slots, self._distinct(rng, k, len(slots), exclude), strict=True):
                 pool[slot] = prompt
         return tuple(p for p in pool if p is not None)
 
-    def _distinct(self, rng: np.random.Generator, k: int, n: int) -> list[Prompt]:
-        space = _space_size(k, self.max_digits)
+    def _distinct(self, rng: np.random.Generator, k: int, n: int, exclude: frozenset[str]) -> list[Prompt]:
+        space = _space_size(k, self.max_digits) - sum(q.find(_SYMBOLS[k], 1) > 0 for q in exclude)
         if n > space:
             raise ValueError(
                 f"ArithmeticTask needs {n} distinct {OPS[k]!r} questions but only {space} exist with "
-                f"max_digits={self.max_digits}; lower n_train/n_eval/n_val, change mix or raise max_digits"
+                f"max_digits={self.max_digits} (besides the held-out splits); lower n_train/n_eval/n_val, change mix "
+                "or raise max_digits"
             )
         found: dict[str, Prompt] = {}
         draws = 0
@@ -146,6 +164,8 @@ class ArithmeticTask:
             batch = max(2 * (n - len(found)), 64)
             draws += batch
             for prompt in _make_prompts(rng, np.full(batch, k), self.max_digits):
+                if prompt.question in exclude:
+                    continue
                 found.setdefault(prompt.question, prompt)
                 if len(found) == n:
                     break

@@ -120,6 +120,19 @@ def check_unique_keys(prompts: Iterable[Prompt], where: str) -> None:
             raise ValueError(f"{where}: questions {other!r} and {p.question!r} share the key {p.key!r}")
 
 
+def sft_examples(task: Task, n: int, seed: int) -> list[Prompt]:
+    """Prompts for a warm-up of ``task``.
+
+    Its own ``sft_examples(n, seed)`` where it has one (fresh generator draws for arithmetic, each component's share
+    for a mixture), else its training pool cycled.
+    """
+    own = getattr(task, "sft_examples", None)
+    if own is not None:
+        return list(own(n, seed))
+    pool = list(task.train_prompts())
+    return [pool[i % len(pool)] for i in range(n)]
+
+
 def render_prompt(
     task: Task,
     prompt: Prompt,

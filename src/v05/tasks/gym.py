@@ -74,6 +74,12 @@ class GymTask:
     """``"full"``: reasoning-gym's question text; ``"compact"``: a short printable-ASCII form (:func:`compact_question`)
     rendered as ``"{question}="``, for the char-level tiny policy (``v05 train`` picks it for ``tiny-llama``)"""
 
+    held_out_first: bool = False
+    """generate the eval and validation splits first, then the training pool without their questions: the
+    held-out splits then do not depend on ``size_train``, so a revisited pool and a fresh one are judged on the same
+    prompts. False: train first, then eval and validation without the train questions (the grids before
+    ``benchmarks/grids/evidence.yaml``)."""
+
     _train: tuple[Prompt, ...] = field(init=False, repr=False, compare=False)
     _eval: tuple[Prompt, ...] = field(init=False, repr=False, compare=False)
     _val: tuple[Prompt, ...] = field(init=False, repr=False, compare=False)
@@ -91,11 +97,17 @@ class GymTask:
         rg = _import_reasoning_gym()
         _check_dataset_name(rg, self.dataset)
         entries: dict[str, tuple[object, dict[str, object]]] = {}
-        train = self._generate(rg, self.size_train, self.seed, "train", entries, exclude=frozenset())
-        exclude = frozenset(p.question for p in train)
+        exclude: frozenset[str] = frozenset()
+        train: tuple[Prompt, ...] = ()
+        if not self.held_out_first:
+            train = self._generate(rg, self.size_train, self.seed, "train", entries, exclude=exclude)
+            exclude = frozenset(p.question for p in train)
         eval_ = self._generate(rg, self.size_eval, self.seed + EVAL_SEED_OFFSET, "eval", entries, exclude=exclude)
         exclude |= frozenset(p.question for p in eval_)
         val = self._generate(rg, self.size_val, self.seed + VAL_SEED_OFFSET, "val", entries, exclude=exclude)
+        if self.held_out_first:
+            exclude |= frozenset(p.question for p in val)
+            train = self._generate(rg, self.size_train, self.seed, "train", entries, exclude=exclude)
         check_unique_keys((*train, *eval_, *val), f"GymTask({self.dataset!r})")
         object.__setattr__(self, "_train", train)
         object.__setattr__(self, "_eval", eval_)

@@ -3,16 +3,58 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from v05.tasks.arithmetic import ArithmeticTask
 from v05.tasks.base import Task
 from v05.tasks.gym import GymTask
 from v05.tasks.math_file import MathFileTask
+from v05.tasks.mixture import Mixture
 
-TASKS: dict[str, type[ArithmeticTask] | type[GymTask] | type[MathFileTask]] = {
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MixtureTask:
+    """The task ``mixture``: component tasks behind one policy, their splits concatenated.
+
+    Each component is ``{task: NAME, options: {...}}``, any task but a mixture; keys, scoring and warm-up examples
+    are :class:`v05.tasks.mixture.Mixture`'s.
+
+    Example (a config): ``task: {name: mixture, options: {components: [{task: arithmetic, options: {n_train: 500}},
+    {task: reasoning_gym, options: {dataset: spell_backward, prompt_form: compact}}]}}``.
+    """
+
+    components: Sequence[Mapping[str, object]]
+    """the component tasks, ``{task: NAME, options: {...}}`` each (at least two)"""
+    built: Mixture = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.components, (str, bytes)) or not isinstance(self.components, Sequence):
+            raise ValueError(f"mixture components must be a list of {{task, options}}, got {self.components!r}")
+        parts = []
+        for i, spec in enumerate(self.components):
+            if not isinstance(spec, Mapping) or "task" not in spec or set(spec) - {"task", "options"}:
+                raise ValueError(f"mixture component {i} must be {{task: NAME, options: {{...}}}}, got {spec!r}")
+            if spec["task"] == "mixture":
+                raise ValueError(f"mixture component {i}: a mixture cannot hold a mixture")
+            options = spec.get("options") or {}
+            if not isinstance(options, Mapping):
+                raise ValueError(f"mixture component {i}: options must be a mapping, got {options!r}")
+            try:
+                parts.append(make_task(str(spec["task"]), **dict(options)))
+            except ValueError as err:
+                raise ValueError(f"mixture component {i}: {err}") from None
+        object.__setattr__(self, "built", Mixture(tuple(parts)))
+
+    def __getattr__(self, name: str) -> object:  # the task interface is the built mixture's
+        return getattr(object.__getattribute__(self, "built"), name)
+
+
+TASKS: dict[str, type[ArithmeticTask] | type[GymTask] | type[MathFileTask] | type[MixtureTask]] = {
     "arithmetic": ArithmeticTask,
     "reasoning_gym": GymTask,
     "math_file": MathFileTask,
+    "mixture": MixtureTask,
 }
 
 
@@ -60,7 +102,7 @@ def make_task(name: str, **options: object) -> Task:
         raise ValueError(f"bad options for task {name!r}: {err}") from None
 
 
-def _task_class(name: str) -> type[ArithmeticTask] | type[GymTask] | type[MathFileTask]:
+def _task_class(name: str) -> type[ArithmeticTask] | type[GymTask] | type[MathFileTask] | type[MixtureTask]:
     if name not in TASKS:
         raise ValueError(f"unknown task {name!r}; valid tasks: {', '.join(TASKS)}")
     return TASKS[name]

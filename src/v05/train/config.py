@@ -219,6 +219,9 @@ class LoopConfig:
     advantages are twice the 0/1 ones), ``01`` keeps them. GRPO's std scaling makes it indifferent."""
 
 
+EVAL_SPLITS = ("eval", "validation")
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class EvalConfig:
     """Held-out evaluation: one sampled rollout (and one greedy) per eval prompt, the same sampling seed each time."""
@@ -237,6 +240,9 @@ class EvalConfig:
     """sampling seed, identical at every evaluation (so the curves compare models, not draws)."""
     at_start: bool = True
     """evaluate before the first step (step 0)."""
+    split: str = "eval"
+    """the split evaluated: ``eval`` (the held-out split results are judged on) or ``validation`` (model selection:
+    ``v05 bench matrix``'s tuning sweep scores its settings there, never on the eval split)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -442,6 +448,7 @@ def _first_non_finite(node: Any, where: str) -> tuple[str, float] | None:
 
 def check_config(cfg: TrainConfig) -> None:
     """Check values and how the parts fit together; raise ValueError naming the field and how to fix it."""
+
     def need(ok: bool, where: str, msg: str) -> None:
         if not ok:
             raise ValueError(f"{where}: {msg}")
@@ -455,6 +462,7 @@ def check_config(cfg: TrainConfig) -> None:
     need(cfg.eval.every >= 0, "eval.every", "must be >= 0")
     need(cfg.eval.every_rollouts is None or cfg.eval.every_rollouts >= 1, "eval.every_rollouts", "must be >= 1 or null")
     need(cfg.eval.size is None or cfg.eval.size >= 1, "eval.size", "must be >= 1 or null")
+    need(cfg.eval.split in EVAL_SPLITS, "eval.split", f"must be one of {', '.join(EVAL_SPLITS)}")
     need(cfg.run.checkpoint_every >= 0, "run.checkpoint_every", "must be >= 0")
     need(cfg.run.keep_checkpoints >= 1, "run.keep_checkpoints", "must be >= 1")
     need(cfg.run.threads >= 1, "run.threads", "must be >= 1")
@@ -556,6 +564,7 @@ def config_changes(saved: TrainConfig, cfg: TrainConfig) -> dict[str, Any]:
 __all__ = [
     "AllocatorConfig",
     "EstimatorConfig",
+    "EVAL_SPLITS",
     "EvalConfig",
     "LoopConfig",
     "OptimConfig",

@@ -113,6 +113,8 @@ def step_metrics(
     if provider is not None:
         cal = provider.calibration()
         row |= {"prior/tau2": cal.tau2, "prior/auc": cal.auc, "prior/n0": cal.n0, "prior/n": cal.n}
+        if getattr(provider, "needs_sampler", False):  # the oracle bound's uncounted extra rollouts so far
+            row["prior/oracle_rollouts"] = provider.oracle_rollouts_
     if value_g is not None and len(rewards):
         row |= value_quality(value_g, group_pass_rates(rewards, group, cfg.train.reward_range))
     row |= upd

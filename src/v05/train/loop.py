@@ -170,9 +170,11 @@ def train(
 
     # -- setup: task, policy (warm start), engine, optimizer, estimator/allocator/prior state ---------------------
     task = make_task(cfg.task.name, **cfg.task.options)
-    pool, held_out = list(task.train_prompts()), list(task.eval_prompts())[: cfg.eval.size]
+    split = task.validation_prompts() if cfg.eval.split == "validation" else task.eval_prompts()
+    pool, held_out = list(task.train_prompts()), list(split)[: cfg.eval.size]
     if not held_out:
-        raise ValueError(f"task {cfg.task.name!r} has no eval prompts: raise its eval split (eval.size / n_eval)")
+        raise ValueError(f"task {cfg.task.name!r} has no {cfg.eval.split} prompts: raise that split (eval.size, "
+                         "n_eval / n_val, size_eval / size_val)")  # fmt: skip
     policy_cfg = cfg.policy
     if cfg.warmup.enabled:
         warm = ensure_warm_start(cfg, progress=cfg.run.progress)
@@ -185,6 +187,8 @@ def train(
     optimizer, scheduler = _optimizer(cfg, model)
     reference = _reference_model(cfg, model)
     provider, prior_backend = _provider(cfg, model, tokenizer)
+    if getattr(provider, "needs_sampler", False):
+        provider.bind_sampler(_oracle_sampler(cfg, model, tokenizer, task, pool, texts))
     prior_texts = _prior_texts(cfg, provider, pool, texts)  # what the prior reads of each pool prompt
     if provider is not None:
         provider.prefetch(prior_texts)  # the pool's embeddings, once: steps only look them up
@@ -465,6 +469,26 @@ def _provider(cfg: TrainConfig, model: Any, tokenizer: Any) -> tuple[Any, Policy
         backend = PolicyFeatureBackend(model=model, tokenizer=tokenizer, config=cfg.poise.features)
         provider.bind_policy(backend)
     return provider, backend
+
+
+def _oracle_sampler(cfg: TrainConfig, model: Any, tokenizer: Any, task: Any, pool: list, texts: list[str]) -> Any:
+    """The ``oracle`` prior's sampler: ``rollouts`` extra rollouts per prompt from the current policy, scored.
+
+    Its own random stream per draw (seeded by the run's seed and the provider's step, so a resumed run draws the
+    same), never the training engine's: the step's own rollouts are those of a run without the oracle's draws.
+    """
+    index = {str(p.key): i for i, p in enumerate(pool)}
+    m = int(cfg.prior.options.get("rollouts", 16))
+
+    def sample(ids: list[str], draw: int) -> tuple[np.ndarray, np.ndarray]:
+        rows = [index[k] for k in ids]
+        seed = (cfg.seed * 1_000_003 + draw * 7_919 + 17) % 2**31
+        ro = HFEngine(model, tokenizer, cfg.generation, seed=seed).generate([texts[i] for i in rows], [m] * len(rows))
+        rewards = task.score([pool[rows[j]] for j in ro.prompt_index], list(ro.texts)).rewards  # (Q·m,) in [0, 1]
+        successes = np.bincount(np.asarray(ro.prompt_index), weights=rewards, minlength=len(rows))
+        return successes, np.full(len(rows), float(m))
+
+    return sample
 
 
 def _prior_texts(cfg: TrainConfig, provider: Any, pool: list, rendered: list[str]) -> list[str]:

@@ -61,7 +61,7 @@ from v05.report.runs import (
     mean_se,
     seed_mean,
 )
-from v05.train.config import TrainConfig, load_config, to_yaml
+from v05.train.config import EVAL_SPLITS, TrainConfig, load_config, to_yaml
 from v05.train.loop import train
 from v05.train.rundir import latest_checkpoint
 from v05.train.warmstart import ensure_warm_start, warm_start_dir
@@ -69,6 +69,7 @@ from v05.train.warmstart import ensure_warm_start, warm_start_dir
 logger = logging.getLogger(__name__)
 
 REGIMES = ("easy", "hard")
+POOLS = ("revisited", "fresh", "mixed")
 FAMILIES = ("grpo", "v05", "other")
 V05_ESTIMATORS = ("v05", "v05_eb")
 """Estimators of v05's V0.5 line: a method using one is of family ``"v05"``."""
@@ -127,6 +128,9 @@ class GridTask:
     regime: str
     overrides: tuple[str, ...] = ()
     description: str = ""
+    pool: str = "revisited"
+    """the pool regime (:data:`POOLS`): ``revisited`` (a pool the budget visits many times per prompt), ``fresh`` (a
+    pool at least as large as the prompts the budget draws) or ``mixed`` (domains and difficulties mixed)."""
 
 
 @_frozen
@@ -169,6 +173,9 @@ class Tuning:
     rule: str = "mean_eval"
     recommend: tuple[str, ...] = ()
     """candidates for the recommended configuration (tuned methods): :func:`recommendation` picks one."""
+    split: str = "validation"
+    """the split the tuning runs evaluate and are scored on (``eval.split``): ``validation`` (model selection, so
+    the eval split judges only the comparison seeds); ``eval`` only reproduces the grids tuned before it existed."""
 
 
 TUNING_RULES = ("mean_eval", "final")
@@ -287,15 +294,19 @@ def load_grid(path: str | Path) -> Grid:
     tasks = []
     for name, spec in tasks_raw.items():
         spec = spec or {}
-        if not isinstance(spec, dict) or set(spec) - {"regime", "overrides", "description"}:
-            raise ValueError(f"{path}: task {name!r} takes regime, overrides and description, got {spec!r}")
+        if not isinstance(spec, dict) or set(spec) - {"regime", "pool", "overrides", "description"}:
+            raise ValueError(f"{path}: task {name!r} takes regime, pool, overrides and description, got {spec!r}")
         regime = spec.get("regime", "easy")
         if regime not in REGIMES:
             raise ValueError(f"{path}: task {name!r} regime must be one of {', '.join(REGIMES)}, got {regime!r}")
+        pool = spec.get("pool", "revisited")
+        if pool not in POOLS:
+            raise ValueError(f"{path}: task {name!r} pool must be one of {', '.join(POOLS)}, got {pool!r}")
         tasks.append(
             GridTask(
                 name=_name(name, path),
                 regime=regime,
+                pool=pool,
                 description=str(spec.get("description", "")),
                 overrides=strings(spec.get("overrides"), f"tasks.{name}.overrides"),
             )
@@ -352,8 +363,11 @@ def _load_tuning(raw: object, path: Path, methods: list[str], seeds: tuple[int, 
     """The grid's ``tuning:`` entry (see :class:`Tuning`); None when absent."""
     if raw is None:
         return None
-    if not isinstance(raw, dict) or set(raw) - {"seed", "methods", "settings", "rule", "recommend"}:
-        raise ValueError(f"{path}: tuning takes seed, methods, settings, rule and recommend, got {raw!r}")
+    if not isinstance(raw, dict) or set(raw) - {"seed", "methods", "settings", "rule", "recommend", "split"}:
+        raise ValueError(f"{path}: tuning takes seed, methods, settings, rule, recommend and split, got {raw!r}")
+    split = raw.get("split", "validation")
+    if split not in EVAL_SPLITS:
+        raise ValueError(f"{path}: tuning.split must be one of {', '.join(EVAL_SPLITS)}, got {split!r}")
     seed = raw.get("seed", 100)
     if type(seed) is not int or seed in seeds:
         raise ValueError(f"{path}: tuning.seed must be an integer not among the grid's seeds {list(seeds)}, got {seed}")
@@ -381,7 +395,9 @@ def _load_tuning(raw: object, path: Path, methods: list[str], seeds: tuple[int, 
     recommend = raw.get("recommend", [])
     if not isinstance(recommend, list) or set(recommend) - set(tuned):
         raise ValueError(f"{path}: tuning.recommend must list tuned methods, got {recommend!r}")
-    return Tuning(seed=seed, methods=tuple(tuned), settings=tuple(settings), rule=rule, recommend=tuple(recommend))
+    return Tuning(
+        seed=seed, methods=tuple(tuned), settings=tuple(settings), rule=rule, recommend=tuple(recommend), split=split
+    )
 
 
 def _name(name: object, path: Path) -> str:
@@ -418,6 +434,8 @@ def _cell(
     """One cell: overrides in the order grid, task, method, setting, then ``name=`` and ``seed=``."""
     name = f"{method.name}@{setting.name}" if tuning and setting is not None else method.name
     extra = () if setting is None else setting.overrides
+    if tuning and grid.tuning is not None and grid.tuning.split != "eval":
+        extra = (*extra, f"eval.split={grid.tuning.split}")  # scored on the validation split, never on eval
     overrides = (*grid.overrides, *task.overrides, *method.overrides, *extra, f"name={name}", f"seed={seed}")
     try:
         cfg = _load_at(method.config, overrides, setting, quick=quick)
@@ -467,8 +485,16 @@ def tuning_cells(grid: Grid, out: Path, *, quick: bool = False) -> list[Cell]:
     t = grid.tuning
     methods = {m.name: m for m in grid.methods}
     return [
-        _cell(grid, task, methods[name], t.seed, out / task.name / f"{name}@{setting.name}-s{t.seed}", quick=quick,
-              setting=setting, tuning=True)  # fmt: skip
+        _cell(
+            grid,
+            task,
+            methods[name],
+            t.seed,
+            out / task.name / f"{name}@{setting.name}-s{t.seed}",
+            quick=quick,
+            setting=setting,
+            tuning=True,
+        )  # fmt: skip
         for task in grid.tasks
         for name in t.methods
         for setting in t.settings
@@ -1025,6 +1051,7 @@ def task_results(
     return {
         "reference": reference,
         "regime": task.regime,
+        "pool": task.pool,
         "description": task.description,
         "overrides": list(task.overrides),
         "warm_start_eval": warm,
@@ -1096,7 +1123,8 @@ def tuning_results(grid: Grid, cells: Sequence[Cell]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for cell in cells:
         entry = out.setdefault(cell.method.name, {"chosen": chosen.get((cell.task.name, cell.method.name)),
-                                                   "rule": t.rule, "seed": t.seed, "settings": {}})  # fmt: skip
+                                                   "rule": t.rule, "seed": t.seed, "split": t.split,
+                                                   "settings": {}})  # fmt: skip
         if not is_finished(cell):
             entry["settings"][cell.setting] = None
             continue
@@ -1658,6 +1686,7 @@ __all__ = [
     "RECOMMEND_RULE",
     "FAMILIES",
     "GAIN_FRACTION",
+    "POOLS",
     "REGIMES",
     "STORED_NAME",
     "TUNING_RULES",

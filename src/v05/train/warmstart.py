@@ -25,7 +25,7 @@ from typing import Any
 
 from v05.engines.hf import HFEngine, prompt_special_tokens
 from v05.tasks import Prompt, Task, make_task, render_prompt
-from v05.tasks.arithmetic import ArithmeticTask, make_sft_examples
+from v05.tasks.base import sft_examples
 from v05.train.policy import TINY_NAME, load_policy, save_policy
 from v05.train.sft import sft_warmup
 
@@ -61,14 +61,6 @@ def warm_start_dir(cfg: Any) -> Path:
     }
     digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
     return root.expanduser() / digest
-
-
-def sft_examples(task: Task, n: int, seed: int) -> list[Prompt]:
-    """Prompts for the warm-up: fresh generator draws for the arithmetic task, else the train pool (cycled)."""
-    if isinstance(task, ArithmeticTask):
-        return make_sft_examples(task, n, seed)
-    pool = list(task.train_prompts())
-    return [pool[i % len(pool)] for i in range(n)]
 
 
 def ensure_warm_start(cfg: Any, *, progress: bool = True) -> Path:
