@@ -6,6 +6,7 @@ from tests._oracles import eb_loop, v05_loop
 from tests.strategies import ragged_batches
 from v05.baselines import eb_guard_pvalue
 from v05.estimators import PriorErrorState, dbb, v05, v05_eb
+from v05.estimators.fusion import TAU2_FLOOR, prior_error_stats
 from v05.groups import segment_count, segment_mean
 
 
@@ -220,3 +221,30 @@ def test_v05_eb_single_rollouts_use_the_plugin_variance():
     est = v05_eb(r, g, prior=[0.0, 0.0, 0.5])
     np.testing.assert_allclose(est.n0, 2.75 / 3 / 0.01)
     np.testing.assert_allclose(v05_eb(r, g, prior=[0.0] * 3, tau2=0.5).n0, 2.0)
+
+
+def test_at_k1_the_prior_error_is_not_identified_and_the_estimate_sits_at_the_floor():
+    """Simulated truth: a calibrated prior (E[μ | V] = V) with error variance τ² = 0.1.
+
+    With one rollout per prompt, E[(r − V)²] = E[1 − μ²] + τ², and calibration gives E[μ²] = E[V²] + τ², so
+    E[(r − V)²] = 1 − E[V²] = E[1 − V²], the plug-in noise: their difference is 0 whatever τ² is, so τ̂² falls to
+    TAU2_FLOOR and n0 = σ̄²/0.01 (≈ 80) although the true n0 is ≈ 8. At k = 2 the within-group variance separates the
+    two and τ̂² recovers 0.1. Hence the logged prior/tau2 at the floor at k = 1 says nothing about the prior; and at
+    k = 1 the plain fusion is A = n0/(n0 + 1)·(r − V), so n0 only scales the step (the direction is r − V).
+    """
+    rng = np.random.default_rng(0)
+    g = 200_000
+    v = rng.uniform(-0.4, 0.4, g)  # the prior
+    mu = v + rng.uniform(-0.5477, 0.5477, g)  # truth: E[μ | V] = V, Var(μ − V) = 0.1
+    r = np.where(rng.random((g, 2)) < ((1 + mu) / 2)[:, None], 1.0, -1.0)  # two rollouts per prompt
+    one = prior_error_stats(r[:, 0], v, np.zeros(g), np.ones(g))
+    state1 = PriorErrorState(window=g).push(*one)
+    assert state1.tau2() == TAU2_FLOOR  # the raw estimate is ≈ 0 ± 0.005
+    assert abs((one[0] - one[1]) / g) < 0.01
+    var2 = (r[:, 0] - r[:, 1]) ** 2 / 2  # unbiased within-group variance at k = 2
+    state2 = PriorErrorState(window=g).push(*prior_error_stats(r.mean(1), v, var2, np.full(g, 2.0)))
+    assert state2.tau2() == pytest.approx(0.1, abs=0.01)
+    assert state1.n0() > 5 * state2.n0()
+    # at k = 1 the fusion is the scaled r − V whatever n0: only the step size changes
+    est = v05_eb(r[:8, 0], np.arange(8), prior=v[:8], tau2=0.1)
+    np.testing.assert_allclose(est.advantages, est.n0[0] / (est.n0[0] + 1) * (r[:8, 0] - v[:8]))

@@ -4,7 +4,7 @@ from hypothesis import given
 
 from tests._oracles import grpo_loop, rloo_loop
 from tests.strategies import ragged_batches
-from v05.estimators import drgrpo, grpo, oracle, reinforce_pp_baseline, rloo
+from v05.estimators import drgrpo, grpo, oracle, reinforce_pp, reinforce_pp_baseline, rloo
 
 
 @given(ragged_batches(binary=False))
@@ -95,3 +95,17 @@ def test_rloo_unbiased_statistical():
     # the group-mean baseline is biased by the factor (k − 1)/k on the same quantity
     y = drgrpo(r, g, reward_range="01").advantages * (r - p)
     assert abs(y.mean() - p * (1 - p) * (k - 1) / k) < 4 * se
+
+
+def test_reinforce_pp_whitens_the_returns_over_the_batch_and_works_at_k1():
+    """A_i = (r_i − r̄)/√(var(r) + ε) with the batch's unbiased variance: the batch mean is the baseline, so single
+    rollouts carry signal (a group baseline gives them 0), and the sign follows the reward."""
+    r = np.array([1.0, -1.0, -1.0, 1.0, -1.0])
+    est = reinforce_pp(r, np.arange(5))
+    np.testing.assert_allclose(est.baseline, np.full(5, -0.2))
+    np.testing.assert_allclose(est.advantages, (r + 0.2) / np.sqrt(np.var(r, ddof=1) + 1e-8))
+    assert np.all(np.sign(est.advantages) == np.sign(r))
+    np.testing.assert_array_equal(grpo(r, np.arange(5)).advantages, np.zeros(5))
+    np.testing.assert_array_equal(reinforce_pp(np.ones(4), np.arange(4)).advantages, np.zeros(4))
+    # 0/1 rewards are the affine image: the same whitened advantages
+    np.testing.assert_allclose(reinforce_pp((r + 1) / 2, np.arange(5), reward_range="01").advantages, est.advantages)

@@ -62,3 +62,16 @@ def test_singleton_groups_deliberately_differ_from_verl():
     r_loo = _verl(core_algos.compute_rloo_outcome_advantage, r, g)
     np.testing.assert_allclose(r_loo[2:], [1.0, 0.6])
     np.testing.assert_array_equal(compute_advantages("rloo", r, g)[2:], [0.0, 0.0])
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_reinforce_pp_matches_verl_on_one_token_responses(seed):
+    """reinforce_pp = verl's REINFORCE++ (γ = 1) where every response is one token (verl whitens per token)."""
+    from verl.trainer.config import AlgoConfig  # noqa: PLC0415
+
+    r, g = _ragged(seed, min_size=1)
+    t = torch.from_numpy(r).reshape(-1, 1)
+    adv, _ = core_algos.compute_reinforce_plus_plus_outcome_advantage(
+        token_level_rewards=t, response_mask=torch.ones_like(t), config=AlgoConfig(gamma=1.0)
+    )
+    np.testing.assert_allclose(compute_advantages("reinforce_pp", r, g), adv[:, 0].numpy(), atol=1e-6)

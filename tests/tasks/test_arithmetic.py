@@ -146,3 +146,24 @@ def test_score_never_raises(completions):
     p = Prompt("arithmetic:x", "2+3", "5")
     scores = task.score([p] * len(completions), completions)
     assert set(scores.rewards.tolist()) <= {0.0, 1.0} and scores.failures == 0
+
+
+def test_held_out_first_keeps_the_eval_and_validation_splits_whatever_the_pool_size():
+    """The pool regimes (revisited 2,000 / fresh 40,000 prompts) are judged on the same held-out prompts."""
+    small = ArithmeticTask(n_train=50, n_eval=40, n_val=20, mix=(0.5, 0.5, 0.0), held_out_first=True)
+    large = ArithmeticTask(n_train=5000, n_eval=40, n_val=20, mix=(0.5, 0.5, 0.0), held_out_first=True)
+    assert small.eval_prompts() == large.eval_prompts()
+    assert small.validation_prompts() == large.validation_prompts()
+    held = {p.question for p in (*large.eval_prompts(), *large.validation_prompts())}
+    assert not held & {p.question for p in large.train_prompts()}
+    assert len({p.question for p in large.train_prompts()}) == 5000
+    # the default order is unchanged (every earlier grid's pools and splits): a pool of another size moves the split
+    assert ArithmeticTask(n_train=50, n_eval=40).eval_prompts() != ArithmeticTask(n_train=60, n_eval=40).eval_prompts()
+
+
+def test_held_out_first_can_use_the_whole_space():
+    """mul 1x2-digit holds 900 questions: 100 held out first, the pool takes the 800 left (and one more is refused)."""
+    task = ArithmeticTask(n_train=800, n_eval=60, n_val=40, mix=(0.0, 0.0, 1.0), held_out_first=True)
+    assert len({p.question for p in (*task.train_prompts(), *task.eval_prompts(), *task.validation_prompts())}) == 900
+    with pytest.raises(ValueError, match="only 900 distinct questions exist"):
+        ArithmeticTask(n_train=801, n_eval=60, n_val=40, mix=(0.0, 0.0, 1.0), held_out_first=True)

@@ -179,3 +179,15 @@ def test_bad_prompt_form_raises():
     """prompt_form is 'full' or 'compact'; anything else is a one-line ValueError naming both."""
     with pytest.raises(ValueError, match="prompt_form must be 'full' or 'compact', got 'short'"):
         GymTask("spell_backward", size_train=2, prompt_form="short")  # type: ignore[arg-type]
+
+
+def test_held_out_first_keeps_the_eval_and_validation_splits_whatever_the_pool_size():
+    """Generated before the pool, the held-out splits do not depend on size_train (revisited and fresh pools)."""
+    kw = {"size_eval": 30, "size_val": 10, "held_out_first": True, "prompt_form": "compact",
+          "config": {"min_word_len": 3, "max_word_len": 5}}  # fmt: skip
+    small, large = GymTask("spell_backward", size_train=20, **kw), GymTask("spell_backward", size_train=400, **kw)
+    assert small.eval_prompts() == large.eval_prompts()
+    assert small.validation_prompts() == large.validation_prompts()
+    held = {p.question for p in (*large.eval_prompts(), *large.validation_prompts())}
+    assert not held & {p.question for p in large.train_prompts()}
+    assert len(large.train_prompts()) > 300

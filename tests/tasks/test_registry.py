@@ -8,7 +8,7 @@ from v05.tasks import TASKS, ArithmeticTask, make_task, task_options
 
 def test_make_task_builds_each_registered_task(tmp_path):
     """Each name builds its class from keyword options."""
-    assert set(TASKS) == {"arithmetic", "reasoning_gym", "math_file"}
+    assert set(TASKS) == {"arithmetic", "reasoning_gym", "math_file", "mixture"}
     assert isinstance(make_task("arithmetic", n_train=5, n_eval=2, seed=3), ArithmeticTask)
     (tmp_path / "m.jsonl").write_text('{"question": "1+1", "answer": 2}\n')
     assert make_task("math_file", path=tmp_path / "m.jsonl", eval_fraction=0.0).name == "math_file"

@@ -235,3 +235,45 @@ def test_prior_reads_the_problem_text(tmp_path, tiny_overrides, monkeypatch, pri
     train(load_config(None, over), tmp_path / "run")
     assert len(seen) == 8
     assert all(t.endswith("=") for t in seen) == (want == "prompt")
+
+
+def test_eval_split_validation_evaluates_the_validation_prompts(tmp_path, tiny_overrides, monkeypatch):
+    """eval.split=validation (the tuning sweep's) evaluates the task's validation split, the default its eval split;
+    neither is ever the other."""
+    import v05.train.loop as loop_module
+    from v05.tasks import make_task
+
+    seen: dict[str, list[str]] = {}
+    real = loop_module.evaluate
+
+    def spy(cfg, model, tokenizer, task, held_out, texts):
+        seen.setdefault(cfg.eval.split, []).extend(p.key for p in held_out)
+        return real(cfg, model, tokenizer, task, held_out, texts)
+
+    monkeypatch.setattr(loop_module, "evaluate", spy)
+    for split in ("eval", "validation"):
+        train(load_config(None, [*tiny_overrides, "train.steps=1", "eval.size=null", f"eval.split={split}"]),
+              tmp_path / split)  # fmt: skip
+    cfg = load_config(None, tiny_overrides)
+    task = make_task(cfg.task.name, **cfg.task.options)
+    assert set(seen["validation"]) == {p.key for p in task.validation_prompts()}
+    assert set(seen["eval"]) == {p.key for p in task.eval_prompts()}
+    with pytest.raises(ValueError, match="eval.split"):
+        load_config(None, [*tiny_overrides, "eval.split=test"])
+
+
+def test_the_oracle_prior_draws_uncounted_rollouts_apart_from_the_steps_own(tmp_path, tiny_overrides):
+    """The oracle bound: its m extra rollouts per prompt are logged apart (prior/oracle_rollouts), never counted in
+    rollouts_total, and drawn from their own stream, so the first step samples the same rollouts as a run without
+    it (its first update differs only through the baseline)."""
+    over = [*tiny_overrides, "estimator.name=v05_eb", "estimator.options={scale: none}", "allocator.options={k: 1}",
+            "train.steps=3", "train.batch_size=16"]  # fmt: skip
+    train(load_config(None, [*over, "prior.name=oracle", "prior.options={rollouts: 8}"]), tmp_path / "oracle")
+    train(load_config(None, [*over, "prior.name=running_mean"]), tmp_path / "mean")
+    oracle = [r for r in rows_of(tmp_path / "oracle") if r["step"] > 0]
+    mean = [r for r in rows_of(tmp_path / "mean") if r["step"] > 0]
+    assert [r["rollouts_total"] for r in oracle] == [16, 32, 48]
+    assert [r["prior/oracle_rollouts"] for r in oracle] == [128, 256, 384]
+    first = ("train_pass_rate", "tokens_total")
+    assert [oracle[0][k] for k in first] == [mean[0][k] for k in first]
+    assert all(r["prior_fallbacks"] == 0 for r in oracle)

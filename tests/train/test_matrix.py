@@ -437,13 +437,27 @@ def test_tuning_grid_file_errors_name_the_entry(tmp_path, tiny_grid):
         ({"rule": "best"}, "tuning.rule must be one of"),
         ({"settings": {"default": {}}}, "'default' is implicit"),
         ({"settings": {"x": {"batch_scale": 0}}}, "batch_scale must lie in"),
-        ({"extra": 1}, "tuning takes seed, methods, settings, rule and recommend"),
+        ({"extra": 1}, "tuning takes seed, methods, settings, rule, recommend and split"),
         ({"recommend": ["rloo"]}, "tuning.recommend must list tuned methods"),
+        ({"split": "test"}, "tuning.split must be one of eval, validation"),
     ]
     for change, message in bad:
         body = {**good, "tuning": {**good["tuning"], **change}}
         with pytest.raises(ValueError, match=message):
             load_grid(_write_grid(tmp_path / "bad.yaml", body))
+    bad_attribution = [
+        ({"control": "nope"}, "attribution.control 'nope' is not a method"),
+        ({"learned": ["nope"]}, "attribution.learned must list methods"),
+        ({"rows": [{"factor": "x", "method": "grpo4"}]}, r"attribution.rows\[0\] must be"),
+        ({"rows": [{"factor": "x", "method": "grpo4", "versus": "nope"}]}, "names a method the grid lacks"),
+        ({"colour": 1}, "attribution takes control, oracle, learned and rows"),
+    ]
+    for change, message in bad_attribution:
+        with pytest.raises(ValueError, match=message):
+            load_grid(_write_grid(tmp_path / "bad.yaml", {**good, "attribution": change}))
+    with pytest.raises(ValueError, match="pool must be one of revisited, fresh, mixed"):
+        first = next(iter(good["tasks"]))
+        load_grid(_write_grid(tmp_path / "bad.yaml", {**good, "tasks": {first: {"pool": "stale"}}}))
 
 
 def test_choose_settings_by_hand(tmp_path, tiny_grid):
@@ -606,3 +620,74 @@ def test_packaged_recommended_config_is_the_prior_pay_pick():
     # the demo shows it beside its peers: one warm start and one rollout budget with the demo configs
     cfg, grpo4 = load_config("v05-recommended"), load_config("demo-grpo4")
     assert warm_start_dir(cfg) == warm_start_dir(grpo4) and cfg.train.max_rollouts == grpo4.train.max_rollouts
+
+
+def test_the_evidence_grid_resolves_with_the_contract_names_and_tunes_on_validation(tmp_path):
+    """benchmarks/grids/evidence.yaml: the contract's method names, every task setting's regime and pool, 5 seeds no
+    earlier grid used, one budget; tuning cells evaluate the validation split and comparison cells the eval split."""
+    from v05.train.matrix import tuning_cells  # noqa: PLC0415
+
+    grid = load_grid(REPO / "benchmarks/grids/evidence.yaml")
+    names = {m.name for m in grid.methods}
+    assert {"grpo4", "grpo4_b64", "grpo2_b64", "rloo2_b64", "reinforce_pp_k1", "eb1_running_mean", "eb1_history",
+            "eb1_combined", "eb1_v0", "eb1_probe", "eb1_oracle", "reinforce_prior_k1", "eb1_combined_loo",
+            "v05_paper", "ppo", "poise"} <= names  # fmt: skip
+    pools = {(t.regime, t.pool) for t in grid.tasks}
+    assert {("hard", "revisited"), ("hard", "fresh"), ("hard", "mixed"), ("easy", "revisited")} <= pools
+    assert len(grid.seeds) >= 5
+    for other in ("standard", "prior-pay"):
+        old = load_grid(REPO / f"benchmarks/grids/{other}.yaml")
+        assert not set(grid.seeds) & {*old.seeds, old.tuning.seed if old.tuning else -1}
+    assert grid.tuning.split == "validation" and grid.attribution.control == "eb1_running_mean"
+    grid = dataclasses.replace(grid, tasks=grid.tasks[1:2], seeds=grid.seeds[:1])
+    tune = tuning_cells(grid, tmp_path)
+    assert {c.cfg.eval.split for c in tune} == {"validation"}
+    cells = grid_cells(grid, tmp_path, choices={(grid.tasks[0].name, m): "default" for m in grid.tuning.methods})
+    assert {c.cfg.eval.split for c in cells} == {"eval"}
+    assert {c.cfg.train.max_rollouts for c in [*cells, *tune]} == {38400}
+    k1 = {c.method.name: c.cfg for c in cells if c.cfg.allocator.options.get("k") == 1 and c.cfg.critic is not None}
+    assert {k1[n].train.batch_size for n in k1 if n.startswith("eb1_")} == {64}
+    assert k1["eb1_oracle"].prior.name == "oracle" and k1["eb1_running_mean"].prior.name == "running_mean"
+
+
+def test_the_pool_regimes_share_their_eval_split_within_a_task_setting():
+    """revisited and fresh pools of one task setting are judged on the same eval prompts; fresh outnumbers the draws."""
+    from v05.tasks import make_task  # noqa: PLC0415
+
+    grid = load_grid(REPO / "benchmarks/grids/evidence.yaml")
+    by = {t.name: load_config("demo-grpo4", (*t.overrides,)).task for t in grid.tasks if t.name.startswith("arith")}
+    revisited = make_task(by["arithmetic-hard-revisited"].name, **by["arithmetic-hard-revisited"].options)
+    fresh = make_task(by["arithmetic-hard-fresh"].name, **by["arithmetic-hard-fresh"].options)
+    assert revisited.eval_prompts() == fresh.eval_prompts()
+    assert len(fresh.train_prompts()) >= 38400 > 10 * len(revisited.train_prompts())
+
+
+def test_paired_ci_tail_target_and_the_attribution_table_by_hand():
+    """The paired difference's 95 % t-interval; the tail-10 % target of a plateaued reference is reached before the
+    budget; an attribution row is method − versus over their common seeds, and the headroom's captured share."""
+    from v05.train.matrix import Attribution, AttributionRow, attribution_results, tail_target  # noqa: PLC0415
+
+    ref = [_run("grpo4", s, [(0, 0.2), (500, 0.4), (900, 0.5), (1000, 0.5)]) for s in (0, 1)]
+    assert tail_target(ref) == pytest.approx(0.5)  # the points at >= 900 rollouts
+    rm = [_run("rm", s, [(0, 0.2), (1000, 0.4 + 0.1 * s)]) for s in (0, 1, 2)]
+    orc = [_run("orc", s, [(0, 0.2 + 0.2), (1000, 0.6 + 0.1 * s)]) for s in (0, 1)]  # +0.2 on every eval
+    good = [_run("good", s, [(0, 0.2 + 0.1), (1000, 0.5 + 0.1 * s)]) for s in (0, 1)]  # +0.1
+    d = paired_difference(orc, rm)
+    assert d["mean"] == pytest.approx(0.2) and d["ci95"] == pytest.approx([0.2, 0.2])
+    spec = Attribution(rows=(AttributionRow(factor="f", method="orc", versus="rm"),
+                             AttributionRow(factor="g", method="missing", versus="rm")),
+                       control="rm", oracle="orc", learned=("good",))  # fmt: skip
+    table = attribution_results(spec, {"grpo4": ref, "rm": rm, "orc": orc, "good": good})
+    row = table["rows"][0]
+    assert row["diff"] == pytest.approx(0.2) and row["n"] == 2 and row["rollout_ratio"] == pytest.approx(0.2)
+    assert table["rows"][1]["diff"] is None
+    h = table["headroom"]
+    assert h["best_learned"] == "good" and h["captured"] == pytest.approx(0.5)
+    res = task_results(GridTask(name="t", regime="hard"), {"grpo4": ref, "rm": rm, "orc": orc}, "grpo4", [],
+                       control="rm")  # fmt: skip
+    assert res["methods"]["orc"]["vs_running_mean_diff"] == pytest.approx(0.2)
+    assert res["methods"]["rm"]["vs_running_mean_diff"] == 0.0
+    for key in ("paired_diff_ci95", "rollout_ratio_ci95", "rollout_ratio_tail10", "rollout_ratio_tail10_ci95",
+                "vs_running_mean_ci95"):  # fmt: skip
+        assert key in res["methods"]["orc"]
+    assert res["pool"] == "revisited"

@@ -75,6 +75,8 @@ V05_ESTIMATORS = ("v05", "v05_eb")
 """Estimators of v05's V0.5 line: a method using one is of family ``"v05"``."""
 GAIN_FRACTION = 0.9
 """``rollout_ratio_gain90``'s threshold: warm start + this fraction of the reference's gain."""
+TAIL_FRACTION = 0.1
+"""``rollout_ratio_tail10``'s target: the reference's seed-mean eval over the last 10 % of its rollouts."""
 BOOTSTRAP_RESAMPLES = 2000
 """Paired bootstrap resamples of the seeds for ``rollout_ratio_gain90_ci95``."""
 RESULTS_NAME = "matrix.json"
@@ -182,6 +184,29 @@ TUNING_RULES = ("mean_eval", "final")
 
 
 @_frozen
+class AttributionRow:
+    """One line of the attribution table: what ``method`` adds over ``versus`` (paired, same seeds)."""
+
+    factor: str
+    method: str
+    versus: str
+
+
+@_frozen
+class Attribution:
+    """The attribution table of a grid (``attribution:``): named paired differences, and the oracle's headroom.
+
+    ``control`` is the method every other is also paired with (``vs_running_mean_*``); ``oracle`` the bound and
+    ``learned`` the learned priors whose best gain over ``control`` is set against the oracle's (``captured``).
+    """
+
+    rows: tuple[AttributionRow, ...]
+    control: str | None = None
+    oracle: str | None = None
+    learned: tuple[str, ...] = ()
+
+
+@_frozen
 class Grid:
     """A declared grid: tasks × methods × seeds; ``quick`` holds the smoke grid's seeds, methods and overrides."""
 
@@ -199,6 +224,8 @@ class Grid:
     """where finished cells are kept for another machine or session to resume from (:func:`store_cell`)."""
     tuning: Tuning | None = None
     """the equal tuning budget (None: every method at its config's setting)."""
+    attribution: Attribution | None = None
+    """the attribution table (None: none)."""
 
     def for_quick(self) -> Grid:
         """The smoke grid: every task setting, the ``quick`` methods (the reference first) and seeds."""
@@ -206,7 +233,7 @@ class Grid:
         methods = tuple(m for name in names for m in self.methods if m.name == name)
         return dataclasses.replace(
             self, seeds=self.quick_seeds, methods=methods, overrides=(*self.overrides, *self.quick_overrides),
-            store=None, tuning=None,
+            store=None, tuning=None, attribution=None,
         )  # fmt: skip
 
 
@@ -267,7 +294,8 @@ def load_grid(path: str | Path) -> Grid:
         raise ValueError(f"{path}: expected a mapping with name, tasks and methods")
     unknown = sorted(
         set(data)
-        - {"name", "description", "seeds", "reference", "overrides", "tasks", "methods", "quick", "store", "tuning"}
+        - {"name", "description", "seeds", "reference", "overrides", "tasks", "methods", "quick", "store", "tuning",
+           "attribution"}
     )
     if unknown:
         raise ValueError(f"{path}: unknown key(s) {', '.join(unknown)}")
@@ -356,7 +384,31 @@ def load_grid(path: str | Path) -> Grid:
         quick_overrides=strings(quick.get("overrides"), "quick.overrides"),
         store=None if data.get("store") is None else path.parent / str(data["store"]),
         tuning=tuning,
+        attribution=_load_attribution(data.get("attribution"), path, names),
     )
+
+
+def _load_attribution(raw: object, path: Path, methods: list[str]) -> Attribution | None:
+    """The grid's ``attribution:`` entry: ``{control, oracle, learned: [...], rows: [{factor, method, versus}]}``."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or set(raw) - {"control", "oracle", "learned", "rows"}:
+        raise ValueError(f"{path}: attribution takes control, oracle, learned and rows, got {raw!r}")
+    known = set(methods)
+    for key in ("control", "oracle"):
+        if raw.get(key) is not None and raw[key] not in known:
+            raise ValueError(f"{path}: attribution.{key} {raw[key]!r} is not a method of the grid")
+    learned = raw.get("learned", [])
+    if not _names_list(learned) or set(learned) - known:
+        raise ValueError(f"{path}: attribution.learned must list methods of the grid, got {learned!r}")
+    rows = []
+    for i, row in enumerate(raw.get("rows") or []):
+        if not isinstance(row, dict) or set(row) != {"factor", "method", "versus"}:
+            raise ValueError(f"{path}: attribution.rows[{i}] must be {{factor, method, versus}}, got {row!r}")
+        if row["method"] not in known or row["versus"] not in known:
+            raise ValueError(f"{path}: attribution.rows[{i}] names a method the grid lacks: {row!r}")
+        rows.append(AttributionRow(factor=str(row["factor"]), method=row["method"], versus=row["versus"]))
+    return Attribution(rows=tuple(rows), control=raw.get("control"), oracle=raw.get("oracle"), learned=tuple(learned))
 
 
 def _load_tuning(raw: object, path: Path, methods: list[str], seeds: tuple[int, ...], strings: Any) -> Tuning | None:
@@ -887,7 +939,8 @@ def paired_difference(runs: Sequence[Run], reference: Sequence[Run]) -> dict[str
     Seeds missing from either group are left out.
 
     Returns:
-        ``{"mean", "se", "n"}`` (None where no seed pairs up; se 0 with one seed).
+        ``{"mean", "se", "n", "ci95"}``: ci95 the 95 % Student-t interval of the per-seed d_s (None where no seed
+        pairs up, or with one seed; se 0 with one seed).
     """
     ref = {r.seed: r for r in reference}
     diffs = []
@@ -905,9 +958,10 @@ def paired_difference(runs: Sequence[Run], reference: Sequence[Run]) -> dict[str
         if grid.size:
             diffs.append(float(np.mean(np.interp(grid, x, y) - np.interp(grid, xr, yr))))
     if not diffs:
-        return {"mean": None, "se": None, "n": 0}
+        return {"mean": None, "se": None, "n": 0, "ci95": None}
     mean, se = mean_se(diffs)
-    return {"mean": mean, "se": se, "n": len(diffs)}
+    ci = t_interval(diffs)
+    return {"mean": mean, "se": se, "n": len(diffs), "ci95": None if ci is None else list(ci)}
 
 
 def compute_at(runs: Sequence[Run], rollouts: float) -> float:
@@ -942,17 +996,37 @@ def gain_targets(reference: Sequence[Run]) -> tuple[float, float, float]:
     return warm, final, warm + GAIN_FRACTION * (final - warm)
 
 
-def gain90_bootstrap(
-    runs: Sequence[Run], reference: Sequence[Run], rng: np.random.Generator, *, resamples: int = BOOTSTRAP_RESAMPLES
-) -> dict[str, Any]:
-    """Paired bootstrap over seeds of ``rollout_ratio_gain90``: resample seeds (the same for method and reference).
+def tail_target(reference: Sequence[Run], fraction: float = TAIL_FRACTION) -> float:
+    """The reference's seed-mean eval averaged over the last ``fraction`` of its rollouts (the eval points there).
 
-    Each resample recomputes the reference's warm start, final and 90 % threshold and both crossings. A resample in
-    which the method never reaches the threshold counts as +∞ (so the CI's upper end is None when ≥ 2.5 % never do).
+    A target that a plateaued reference reaches before the budget's end, unlike its final (which it may first reach
+    only at the budget, making every ratio against it the first crossing of a flat curve).
+    """
+    curve = mean_curve(reference, ROLLOUTS_KEY)
+    x0 = curve.x[0] + (1.0 - fraction) * (curve.x[-1] - curve.x[0])
+    return float(np.mean(curve.mean[curve.x >= x0]))
+
+
+def gain90_bootstrap(
+    runs: Sequence[Run],
+    reference: Sequence[Run],
+    rng: np.random.Generator,
+    *,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    target: Any = None,
+) -> dict[str, Any]:
+    """Paired bootstrap over seeds of a rollout ratio: resample seeds (the same for method and reference).
+
+    Each resample recomputes the reference's target (``target(reference_runs)``; default: warm start + 90 % of its
+    gain, ``rollout_ratio_gain90``) and both crossings. A resample in which the method never reaches the target
+    counts as +∞ (so the CI's upper end is None when ≥ 2.5 % never do). Why a bootstrap of the seed-mean crossing
+    and not a t-interval of per-seed ratios: a single seed's curve may never cross the target (no ratio to average),
+    while the seed-mean crossing is the quantity reported.
 
     Returns:
         ``{"ci95": [lo, hi | None] | None, "never_frac": x}`` (ci95 None without paired seeds or with one seed).
     """
+    target = target if target is not None else (lambda rf: gain_targets(rf)[2])
     ref = {r.seed: r for r in reference}
     pairs = [(r, ref[r.seed]) for r in runs if r.seed in ref]
     if len(pairs) < 2:
@@ -961,7 +1035,7 @@ def gain90_bootstrap(
     for _ in range(resamples):
         pick = rng.integers(0, len(pairs), size=len(pairs))
         m, rf = [pairs[i][0] for i in pick], [pairs[i][1] for i in pick]
-        _, _, threshold = gain_targets(rf)
+        threshold = target(rf)
         ratio = _ratio(_reach(m, threshold), _reach(rf, threshold))
         ratios.append(math.inf if ratio is None else ratio)
     arr = np.asarray(ratios)
@@ -983,12 +1057,23 @@ def method_family(run: Run, declared: str | None = None) -> str:
 
 
 def task_results(
-    task: GridTask, groups: dict[str, list[Run]], reference: str, methods: Sequence[GridMethod], *, seed: int = 0
+    task: GridTask,
+    groups: dict[str, list[Run]],
+    reference: str,
+    methods: Sequence[GridMethod],
+    *,
+    seed: int = 0,
+    control: str | None = None,
 ) -> dict[str, Any]:
-    """The matrix JSON of one task setting (the contract's ``tasks.TASK`` object)."""
+    """The matrix JSON of one task setting (the contract's ``tasks.TASK`` object).
+
+    ``control``: the method every other is also paired with (``vs_running_mean_*``: the running mean at k = 1 in
+    the evidence grid), when it has finished runs.
+    """
     ref_runs = groups[reference]
     warm, ref_final, threshold = gain_targets(ref_runs)
     rng = np.random.default_rng(seed)
+    rng_final, rng_tail = np.random.default_rng([seed, 1]), np.random.default_rng([seed, 2])  # gain90's rng unchanged
     declared = {m.name: m for m in methods}
     family = {n: method_family(g[0], declared[n].family if n in declared else None) for n, g in groups.items()}
     grpos = [n for n in groups if family[n] == "grpo" and n != reference]
@@ -1000,13 +1085,19 @@ def task_results(
         pair_ref = [r for r in ref_runs if r.seed in seeds] or ref_runs
         pair_runs = [r for r in runs if r.seed in seeds] or runs
         _, m_final, m_threshold = gain_targets(pair_ref)
+        m_tail = tail_target(pair_ref)
         m_reach, m_reach90 = _reach(pair_ref, m_final), _reach(pair_ref, m_threshold)
         m_compute = None if m_reach is None else compute_at(pair_ref, m_reach)
         m_compute90 = None if m_reach90 is None else compute_at(pair_ref, m_reach90)
         reach, reach90 = _reach(pair_runs, m_final), _reach(pair_runs, m_threshold)
         paired = paired_difference(runs, ref_runs)
         grad_sd = [float(np.std(v)) for v in (r.series("grad_norm")[1] for r in runs) if v.size > 1]
-        boot = gain90_bootstrap(runs, ref_runs, rng) if name != reference else {"ci95": [1.0, 1.0], "never_frac": 0.0}
+        same = {"ci95": [1.0, 1.0], "never_frac": 0.0}
+        boot = gain90_bootstrap(runs, ref_runs, rng) if name != reference else same
+        boot_final = same if name == reference else gain90_bootstrap(
+            runs, ref_runs, rng_final, target=lambda rf: gain_targets(rf)[1])  # fmt: skip
+        boot_tail = same if name == reference else gain90_bootstrap(runs, ref_runs, rng_tail, target=tail_target)
+        vs_control = paired_difference(runs, groups[control]) if control in groups and name != control else None
         vs = {g: paired_difference(runs, groups[g]) for g in grpos if g != name}
         out[name] = {
             "family": family[name],
@@ -1019,8 +1110,12 @@ def task_results(
             "paired_diff_mean": paired["mean"],
             "paired_diff_se": paired["se"],
             "paired_diff_n": paired["n"],
+            "paired_diff_ci95": paired["ci95"],
             "paired_diff_vs": {g: {"mean": d["mean"], "se": d["se"], "n": d["n"]} for g, d in vs.items()},
             "rollout_ratio": _ratio(reach, m_reach),
+            "rollout_ratio_ci95": boot_final["ci95"],
+            "rollout_ratio_tail10": _ratio(_reach(pair_runs, m_tail), _reach(pair_ref, m_tail)),
+            "rollout_ratio_tail10_ci95": boot_tail["ci95"],
             "rollout_ratio_gain90": _ratio(reach90, m_reach90),
             "rollout_ratio_gain90_ci95": boot["ci95"],
             "rollout_ratio_gain90_never_frac": boot["never_frac"],
@@ -1047,6 +1142,12 @@ def task_results(
             "prior_n0": seed_mean(runs, "prior/n0"),
             "wall_time_s": mean_se([v for v in (r.last("wall_time") for r in runs) if v is not None])[0],
         }
+        if control in groups:
+            out[name] |= {
+                "vs_running_mean_diff": 0.0 if vs_control is None else vs_control["mean"],
+                "vs_running_mean_ci95": None if vs_control is None else vs_control["ci95"],
+                "vs_running_mean_n": len(runs) if vs_control is None else vs_control["n"],
+            }
     budget = ref_runs[0].config_value("train.max_rollouts")
     return {
         "reference": reference,
@@ -1057,6 +1158,7 @@ def task_results(
         "warm_start_eval": warm,
         "reference_final": ref_final,
         "gain90_threshold": threshold,
+        "reference_tail10": tail_target(ref_runs),
         "reference_last_quarter_gain": _last_quarter_gain(ref_runs),
         "budget_rollouts": int(budget) if budget is not None else int(max(r.last(ROLLOUTS_KEY) or 0 for r in ref_runs)),
         "methods": out,
@@ -1087,7 +1189,7 @@ def matrix_results(grid: Grid, cells: Sequence[Cell], tune: Sequence[Cell] = ())
     A task whose reference has no finished cell yet (say, a tuned reference whose sweep is still running) is left
     out, with a warning: a grid run in parts reports the tasks it can; its tuning sweep so far goes to ``pending``.
     """
-    tasks, pending = {}, {}
+    tasks, pending, attribution = {}, {}, {}
     for task in grid.tasks:
         groups: dict[str, list[Run]] = {}
         settings: dict[str, str | None] = {}
@@ -1102,12 +1204,65 @@ def matrix_results(grid: Grid, cells: Sequence[Cell], tune: Sequence[Cell] = ())
             if grid.tuning is not None:
                 pending[task.name] = {"tuning": tuning_results(grid, [c for c in tune if c.task.name == task.name])}
             continue
-        tasks[task.name] = task_results(task, groups, grid.reference, grid.methods)
+        control = grid.attribution.control if grid.attribution is not None else None
+        tasks[task.name] = task_results(task, groups, grid.reference, grid.methods, control=control)
+        if grid.attribution is not None:
+            attribution[task.name] = attribution_results(grid.attribution, groups)
         for name, entry in tasks[task.name]["methods"].items():
             entry["setting"] = settings.get(name)
         if grid.tuning is not None:
             tasks[task.name]["tuning"] = tuning_results(grid, [c for c in tune if c.task.name == task.name])
-    return _nan_to_none({"grid": grid.name, "tasks": tasks, **({"pending": pending} if pending else {})})
+    return _nan_to_none({"grid": grid.name, "tasks": tasks, **({"attribution": attribution} if attribution else {}),
+                         **({"pending": pending} if pending else {})})  # fmt: skip
+
+
+def attribution_results(spec: Attribution, groups: dict[str, list[Run]]) -> dict[str, Any]:
+    """One task setting's attribution table (the contract's ``attribution.TASK``).
+
+    Each row: the paired difference ``method − versus`` (:func:`paired_difference`: points as a fraction, its 95 %
+    t-interval over seeds) and the rollouts ``method`` needs to reach ``versus``'s final ÷ ``versus``'s own (on the
+    seeds both have; None: never reached). A row whose methods have not both finished is None. ``headroom``: the
+    oracle's and the best learned prior's difference to ``control``, and ``captured`` = best ÷ oracle (the best is
+    picked after the fact: an optimistic reading, said so on the page).
+    """
+    rows = []
+    for row in spec.rows:
+        entry = _difference(groups, row.method, row.versus)
+        rows.append({"factor": row.factor, "method": row.method, "versus": row.versus, **(entry or {"diff": None})})
+    headroom = None
+    if spec.control is not None and spec.oracle is not None:
+        oracle = _difference(groups, spec.oracle, spec.control)
+        learned = {n: d for n in spec.learned if (d := _difference(groups, n, spec.control)) is not None}
+        best = max(learned, key=lambda n: learned[n]["diff"], default=None)
+        captured = None
+        if oracle is not None and best is not None and oracle["diff"] > 0:
+            captured = learned[best]["diff"] / oracle["diff"]
+        headroom = {
+            "control": spec.control,
+            "oracle": spec.oracle,
+            "oracle_diff": None if oracle is None else oracle["diff"],
+            "oracle_ci95": None if oracle is None else oracle["ci95"],
+            "best_learned": best,
+            "best_learned_diff": None if best is None else learned[best]["diff"],
+            "best_learned_ci95": None if best is None else learned[best]["ci95"],
+            "captured": captured,
+        }
+    return {"rows": rows, "headroom": headroom}
+
+
+def _difference(groups: dict[str, list[Run]], method: str, versus: str) -> dict[str, Any] | None:
+    """``method − versus`` paired over their common seeds, and the rollout ratio to ``versus``'s final."""
+    if method not in groups or versus not in groups:
+        return None
+    d = paired_difference(groups[method], groups[versus])
+    seeds = {r.seed for r in groups[method]} & {r.seed for r in groups[versus]}
+    runs = [r for r in groups[method] if r.seed in seeds]
+    base = [r for r in groups[versus] if r.seed in seeds]
+    if d["mean"] is None or not runs:
+        return None
+    target = gain_targets(base)[1]
+    return {"diff": d["mean"], "ci95": d["ci95"], "n": d["n"],
+            "rollout_ratio": _ratio(_reach(runs, target), _reach(base, target))}  # fmt: skip
 
 
 def tuning_results(grid: Grid, cells: Sequence[Cell]) -> dict[str, Any]:
@@ -1153,6 +1308,15 @@ def _ratio_text(value: float | None) -> str:
     return "never" if value is None else f"{value:.2f}×"
 
 
+def _points_ci(mean: float | None, ci: list[float] | None, se: float | None = None) -> str:
+    """A paired difference in points with its 95 % interval (``± SE``, labelled, where a JSON predates the CI)."""
+    if mean is None:
+        return "—"
+    if ci is not None:
+        return f"{100 * mean:+.1f} [{100 * ci[0]:+.1f}, {100 * ci[1]:+.1f}]"
+    return f"{100 * mean:+.1f}" + ("" if se is None else f" (± {100 * se:.1f} SE)")
+
+
 def _ci_text(ci: list[float | None] | None) -> str:
     if ci is None:
         return "—"
@@ -1166,21 +1330,18 @@ def headline_rows(task: dict[str, Any]) -> list[list[str]]:
     for name, m in task["methods"].items():
         ci = m["final_ci95"]
         final = f"{_fmt(m['final_mean'])} [{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci else _fmt(m["final_mean"])
-        diff = (
-            "—"
-            if m["paired_diff_mean"] is None
-            else f"{100 * m['paired_diff_mean']:+.1f} ± {100 * m['paired_diff_se']:.1f}"
-        )
         rows.append(
             [
                 name + (" (ref)" if name == task["reference"] else ""),
                 m["family"],
                 str(len(m["seeds"])),
                 final,
-                diff,
-                _ratio_text(m["rollout_ratio"]),
-                _ratio_text(m["rollout_ratio_gain90"]),
-                _ci_text(m["rollout_ratio_gain90_ci95"]),
+                _points_ci(m["paired_diff_mean"], m.get("paired_diff_ci95"), m["paired_diff_se"]),
+                f"{_ratio_text(m['rollout_ratio'])} {_ci_text(m['rollout_ratio_ci95'])}"
+                if "rollout_ratio_ci95" in m
+                else _ratio_text(m["rollout_ratio"]),
+                f"{_ratio_text(m['rollout_ratio_gain90'])} {_ci_text(m['rollout_ratio_gain90_ci95'])}",
+                f"{_ratio_text(m.get('rollout_ratio_tail10'))} {_ci_text(m.get('rollout_ratio_tail10_ci95'))}",
                 _ratio_text(m["compute_ratio"]),
                 _fmt(m["grad_norm_mean"]),
                 _fmt(m["entropy_final"]),
@@ -1195,10 +1356,10 @@ HEADLINE_COLUMNS = (
     "family",
     "seeds",
     "final [95% CI]",
-    "paired Δ (points)",
-    "rollouts ÷ ref",
-    "rollouts ÷ ref (90% gain)",
-    "90% CI",
+    "paired Δ, points [95% CI]",
+    "rollouts ÷ ref to its final [95% CI]",
+    "… to 90% of its gain [95% CI]",
+    "… to its last-10% mean [95% CI]",
     "compute ÷ ref",
     "grad norm",
     "entropy (final)",
@@ -1516,6 +1677,7 @@ def results_markdown(grid: Grid, results: dict[str, Any], meta: dict[str, Any]) 
             "",
             markdown_table(t),
             "",
+            *attribution_markdown(results.get("attribution", {}).get(name)),
             *tuning_markdown(grid, t.get("tuning")),
         ]
     for name, pending in results.get("pending", {}).items():
@@ -1541,6 +1703,33 @@ def results_markdown(grid: Grid, results: dict[str, Any], meta: dict[str, Any]) 
     for c in claims(results):
         lines += [f"- {c}", ""]
     return "\n".join(line for line in lines if line is not None).rstrip() + "\n"
+
+
+def attribution_markdown(table: dict[str, Any] | None) -> list[str]:
+    """One task setting's attribution table (:func:`attribution_results`) as markdown lines."""
+    if not table:
+        return []
+    lines = [
+        "Attribution (each row: the first method − the second, paired over their common seeds; points with the 95 % "
+        "t-interval over seeds; rollouts the first needs to reach the second's final ÷ the second's own):",
+        "",
+        "| factor | method − versus | Δ, points [95% CI] | seeds | rollouts to versus's final |",
+        "|---|---|---|---|---|",
+    ]
+    for row in table["rows"]:
+        diff = _points_ci(row["diff"], row.get("ci95")) if row["diff"] is not None else "pending"
+        ratio = _ratio_text(row["rollout_ratio"]) if row["diff"] is not None else "—"
+        lines.append(f"| {row['factor']} | `{row['method']}` − `{row['versus']}` | {diff} | {row.get('n', '—')} | "
+                     f"{ratio} |")  # fmt: skip
+    h = table.get("headroom")
+    if h is not None and h["oracle_diff"] is not None:
+        best = "no learned prior has finished" if h["best_learned"] is None else (
+            f"the best learned prior, `{h['best_learned']}` (picked after the fact), "
+            f"{_points_ci(h['best_learned_diff'], h['best_learned_ci95'])}")  # fmt: skip
+        captured = "" if h["captured"] is None else f"; it captures {h['captured']:.0%} of the oracle's gain"
+        lines += ["", f"Headroom over `{h['control']}`: the oracle `{h['oracle']}` "
+                      f"{_points_ci(h['oracle_diff'], h['oracle_ci95'])} points; {best}{captured}."]  # fmt: skip
+    return [*lines, ""]
 
 
 def tuning_markdown(grid: Grid, tuning: dict[str, Any] | None) -> list[str]:
