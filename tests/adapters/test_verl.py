@@ -381,9 +381,11 @@ def test_prompt_rows_and_config():
         prompt_rows(["u", "u"], [{"v05_prior": 0.1}, {"v05_prior": 0.2}], config=cfg)
     row = prompt_rows(["x"], [{"index": 3, "v05_key": "k", "v05_group": "u", "v05_prior_n0": 2}], config=cfg)["x"]
     assert row == PromptRow("u", "k", None, 2.0)
-    for bad in ({"nope": 1}, {"options": {"state": 1}}, {"allocator": "sara"}, {"provider": "oracle"}):
+    for bad in ({"nope": 1}, {"options": {"state": 1}}, {"allocator": "sara"}, {"provider": "nope"}):
         with pytest.raises(ValueError):
             VerlConfig.from_algorithm({"v05": bad})
+    with pytest.raises(ValueError, match="'oracle' is a simulation-only bound"):  # never a silent fallback
+        VerlConfig.from_algorithm({"v05": {"provider": "oracle"}})
 
 
 # -- the v05 trainer mode in verl's own fit loop, on local Ray ---------------------------------------------------

@@ -205,6 +205,9 @@ class V05GRPOConfig(trl.GRPOConfig):
         self._check_options(spec)
         if self.v05_prior is not None and self.v05_prior not in PROVIDERS:
             raise ValueError(f"unknown v05_prior {self.v05_prior!r}; valid: {', '.join(PROVIDERS)}, or None")
+        if self.v05_prior is not None and getattr(PROVIDERS[self.v05_prior], "needs_sampler", False):
+            raise ValueError(f"v05_prior={self.v05_prior!r} is a simulation-only bound whose extra rollouts only "
+                             "v05 train draws; use a learned prior (running_mean, history, v0, combined)")  # fmt: skip
         if spec.uses_prior and self.v05_prior is None:
             raise ValueError(
                 f"v05_estimator={self.v05_estimator!r} fuses a prior: set v05_prior to one of {', '.join(PROVIDERS)}"
