@@ -691,3 +691,21 @@ def test_paired_ci_tail_target_and_the_attribution_table_by_hand():
                 "vs_running_mean_ci95"):  # fmt: skip
         assert key in res["methods"]["orc"]
     assert res["pool"] == "revisited"
+
+
+def test_a_grid_warm_start_trains_on_the_cells_thread_count(monkeypatch):
+    """A warm start in a grid worker runs beside another worker: it uses run.threads (1), not torch's default of
+    every core (oversubscribed, the SFT ran ~8x slower)."""
+    import torch  # noqa: PLC0415
+
+    import v05.train.matrix as matrix  # noqa: PLC0415
+
+    seen = []
+    monkeypatch.setattr(matrix, "ensure_warm_start", lambda cfg, progress: seen.append(torch.get_num_threads()) or "w")
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        matrix._warm(load_config("demo-grpo4", ["run.threads=1"]))
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [1]
