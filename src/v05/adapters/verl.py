@@ -174,8 +174,10 @@ class VerlConfig:
                 f"unknown algorithm.v05.provider {self.provider!r}; valid: {', '.join(PROVIDERS)}, or null"
             )
         if self.provider is not None and getattr(PROVIDERS[self.provider], "needs_sampler", False):
-            raise ValueError(f"algorithm.v05.provider={self.provider!r} is a simulation-only bound whose extra rollouts "
-                             "only v05 train draws; use a learned prior (running_mean, history, v0, combined)")  # fmt: skip
+            raise ValueError(
+                f"algorithm.v05.provider={self.provider!r} is a simulation-only bound whose extra rollouts only v05 "
+                "train draws; use a learned prior (running_mean, history, v0, combined)"
+            )
         if self.allocator not in ("fixed", "osla"):
             raise ValueError(
                 f"algorithm.v05.allocator={self.allocator!r} is not available in verl: 'fixed' or 'osla' (per-prompt "

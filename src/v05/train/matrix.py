@@ -1481,10 +1481,12 @@ PROTOCOL_MD = (
     "uses the same learning rate (1e-4, cosine over the rollout budget) and stops at the same rollout budget; {tuned}. "
     "*final* is each seed's last eval pass rate (sampled, T = 1, the task's held-out split), mean "
     "and 95 % t-interval over seeds. *paired Δ* is eval − reference eval on the same seed, averaged over the common "
-    "rollout grid (every eval), mean ± SE over seeds, in points. *rollouts ÷ ref* is the rollouts the seed-mean curve "
-    "needs to reach the reference's final, divided by the reference's own; the *90 % gain* column uses the threshold "
-    "warm start + 0.9 × the reference's gain instead (off the plateau), with a paired bootstrap 95 % CI over seeds "
-    "(*never* where resamples never reach it). *compute ÷ ref* is the same crossing in token-passes (a forward of one "
+    "rollout grid (every eval), mean and 95 % t-interval over seeds, in points. *rollouts ÷ ref* is the rollouts the "
+    "seed-mean curve needs to reach the reference's final, divided by the reference's own; the *90 % of its gain* "
+    "column uses the threshold warm start + 0.9 × the reference's gain instead (off the plateau), and the *last-10 %* "
+    "column the reference's mean over the last 10 % of its budget (a target a plateaued reference reaches before the "
+    "end); each ratio has a paired bootstrap 95 % interval over seeds of the seed-mean crossing (*never* where "
+    "resamples never reach it). *compute ÷ ref* is the same crossing in token-passes (a forward of one "
     "token by one model counts 1, a backward 2): equal rollouts is not equal compute. grad norm is the mean over "
     "steps, entropy the last step's."
 )
@@ -1498,8 +1500,8 @@ def protocol_markdown(grid: Grid) -> str:
     tuned = (
         f"except that {', '.join(f'`{m}`' for m in t.methods)} were tuned alike: each ran every setting of the sweep "
         f"({', '.join(f'`{s.name}`' for s in t.settings)}) on seed {t.seed}, which is not compared, and is compared "
-        f"at the setting with the best tuning score (rule `{t.rule}`, per task setting); the other methods ran their "
-        "configs as they are"
+        f"at the setting with the best tuning score (rule `{t.rule}`, scored on the {t.split} split, per task "
+        "setting); the other methods ran their configs as they are"
     )
     return PROTOCOL_MD.format(tuned=tuned)
 
@@ -1669,7 +1671,7 @@ def results_markdown(grid: Grid, results: dict[str, Any], meta: dict[str, Any]) 
     ]
     for name, t in results["tasks"].items():
         lines += [
-            f"## {name} ({t['regime']} regime)",
+            f"## {name} ({t['regime']} regime" + (f", {t['pool']} pool)" if "pool" in t else ")"),
             "",
             (t["description"] + " ") if t["description"] else "",
             f"Warm start {t['warm_start_eval']:.3f}; reference `{t['reference']}` final {t['reference_final']:.3f}; "
