@@ -18,8 +18,11 @@ def test_cli_prior_eval_writes_the_contract_json(tmp_path):
 
 def test_cli_unknown_provider_is_a_one_line_error(capsys):
     """An unknown provider exits 2 with the valid names."""
-    assert main(["prior", "eval", "--providers", "oracle"]) == 2
+    assert main(["prior", "eval", "--providers", "nope"]) == 2
     assert "running_mean, history, v0, combined" in capsys.readouterr().err
+    assert main(["prior", "eval", "--providers", "oracle"]) == 2  # a live-rollout bound: nothing to evaluate offline
+    err = capsys.readouterr().err
+    assert "extra rollouts of a live policy" in err and len(err.strip().splitlines()) == 1
 
 
 def test_cli_v0_adapter_needs_its_paths(capsys):

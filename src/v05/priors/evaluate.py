@@ -24,7 +24,7 @@ from v05.priors.base import PriorPrediction
 from v05.priors.embeddings import Embedder
 from v05.priors.metrics import eb_fusion_ratio, prior_metrics, reliability_plot
 from v05.priors.providers import BaseProvider
-from v05.priors.registry import EMBEDDING_PROVIDERS, make_provider
+from v05.priors.registry import EMBEDDING_PROVIDERS, PROVIDERS, make_provider
 
 EMBEDDING_OPTIONS = frozenset(
     {
@@ -92,6 +92,15 @@ def _predict_snapshots(dataset: V0Dataset, prov: BaseProvider, rows: V0Rows) -> 
     return PriorPrediction(mean, tau2, n0)
 
 
+def _check_offline(provider: str) -> None:
+    """Refuse a provider that cannot learn from (prompt, score) data: the ``oracle`` bound draws live rollouts."""
+    if getattr(PROVIDERS.get(provider), "needs_sampler", False):
+        raise ValueError(
+            f"prior {provider!r} measures pass rates with extra rollouts of a live policy (v05 train only): there is "
+            "nothing to fit or evaluate on offline data"
+        )
+
+
 def predict_rows(
     dataset: V0Dataset, rows: V0Rows, provider: str, *, pooled: bool = False, **options: object
 ) -> PriorPrediction:
@@ -107,6 +116,7 @@ def predict_rows(
     Returns:
         (R,) predicted scores in [−1, 1] with the provider's context-calibrated τ² and n0 for each row's snapshot.
     """
+    _check_offline(provider)
     opts = _options(dataset, provider, pooled, options)
     prov = _fit_on(dataset, dataset.context, provider, opts)
     return _predict_snapshots(dataset, prov, rows)
@@ -191,6 +201,8 @@ def evaluate_v0(
     bad = [p for p in protocols if p not in ("offline", "online")]
     if bad:
         raise ValueError(f"unknown protocol(s) {bad}; valid: offline, online")
+    for name in providers:
+        _check_offline(name)
     shared = dict(options)
     results: list[dict[str, object]] = []
     curves: dict[str, tuple[np.ndarray, np.ndarray]] = {}
