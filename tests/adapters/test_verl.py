@@ -214,7 +214,7 @@ def test_register_is_idempotent_and_leaves_verl_names_alone():
     assert register() == tuple(VERL_ESTIMATORS)
     assert all(core_algos.get_adv_estimator_fn(n) is f for n, f in first.items())
     assert set(VERL_ESTIMATORS) == {"v05", "v05_eb", "v05_dbb", "v05_grpo", "v05_drgrpo", "v05_rloo"} | {
-        "v05_reinforce_pp_baseline"
+        "v05_reinforce_pp_baseline", "v05_reinforce_pp"
     }
     assert core_algos.get_adv_estimator_fn("grpo") is core_algos.compute_grpo_outcome_advantage
     with pytest.raises(ValueError, match="not a v05 estimator"):
