@@ -188,7 +188,7 @@ def train(
     reference = _reference_model(cfg, model)
     provider, prior_backend = _provider(cfg, model, tokenizer)
     if getattr(provider, "needs_sampler", False):
-        provider.bind_sampler(_oracle_sampler(cfg, model, tokenizer, task, pool, texts))
+        provider.bind_sampler(_oracle_sampler(cfg, model, tokenizer, task, pool, texts, provider.rollouts))
     prior_texts = _prior_texts(cfg, provider, pool, texts)  # what the prior reads of each pool prompt
     if provider is not None:
         provider.prefetch(prior_texts)  # the pool's embeddings, once: steps only look them up
@@ -471,14 +471,15 @@ def _provider(cfg: TrainConfig, model: Any, tokenizer: Any) -> tuple[Any, Policy
     return provider, backend
 
 
-def _oracle_sampler(cfg: TrainConfig, model: Any, tokenizer: Any, task: Any, pool: list, texts: list[str]) -> Any:
-    """The ``oracle`` prior's sampler: ``rollouts`` extra rollouts per prompt from the current policy, scored.
+def _oracle_sampler(
+    cfg: TrainConfig, model: Any, tokenizer: Any, task: Any, pool: list, texts: list[str], m: int
+) -> Any:
+    """The ``oracle`` prior's sampler: ``m`` extra rollouts per prompt from the current policy, scored.
 
     Its own random stream per draw (seeded by the run's seed and the provider's step, so a resumed run draws the
     same), never the training engine's: the step's own rollouts are those of a run without the oracle's draws.
     """
     index = {str(p.key): i for i, p in enumerate(pool)}
-    m = int(cfg.prior.options.get("rollouts", 16))
 
     def sample(ids: list[str], draw: int) -> tuple[np.ndarray, np.ndarray]:
         rows = [index[k] for k in ids]
