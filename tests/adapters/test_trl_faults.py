@@ -214,8 +214,8 @@ def test_reward_function_faults_score_zero_and_are_counted(tmp_path):
 
 
 def test_unguarded_reward_functions_raise_as_in_trl(tmp_path):
-    """v05_reward_timeout_s=None leaves the reward functions as TRL calls them: an exception stops training, and no
-    v05/verifier_* metric is logged; a non-positive timeout is refused at config time."""
+    """v05_reward_timeout_s=None (the default) calls the reward functions as TRL does: an exception stops training,
+    and no v05/verifier_* metric is logged; a non-positive timeout is refused at config time."""
     model, tokenizer, dataset, _, _ = arithmetic_setup()
 
     def broken(prompts, completions, **kwargs):
@@ -224,14 +224,14 @@ def test_unguarded_reward_functions_raise_as_in_trl(tmp_path):
     trainer = V05GRPOTrainer(
         model=model,
         reward_funcs=broken,
-        args=config(tmp_path, max_steps=1, v05_reward_timeout_s=None),
+        args=config(tmp_path, max_steps=1),
         train_dataset=dataset,
         processing_class=tokenizer,
     )
-    assert trainer.reward_funcs == [broken]
+    assert [f.fn for f in trainer.reward_funcs] == [broken] and not trainer.reward_funcs[0].guarded
     with pytest.raises(ZeroDivisionError, match="verifier bug"):
         trainer.train()
     for bad in (0.0, -1.0, float("inf"), True):
         with pytest.raises(ValueError, match="v05_reward_timeout_s must be a positive number"):
             config(tmp_path, v05_reward_timeout_s=bad)
-    assert isinstance(config(tmp_path), V05GRPOConfig) and config(tmp_path).v05_reward_timeout_s == 30.0
+    assert isinstance(config(tmp_path), V05GRPOConfig) and config(tmp_path).v05_reward_timeout_s is None

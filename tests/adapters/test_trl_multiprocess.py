@@ -30,8 +30,8 @@ from tests.adapters.test_trl import Recording, arithmetic_setup, config, odd_fir
 from v05.priors import make_provider  # noqa: E402
 from v05.train.state import state_to_json  # noqa: E402
 
-K = 4  # num_generations
-PER_RANK = 6  # rollouts per rank and step: 12 per step = 3 groups, the middle one straddles the two ranks
+PER_RANK = {4: 6, 1: 3}  # rollouts per rank and step by K: at K = 4, 12 a step = 3 groups, the middle one straddling
+# the two ranks; at K = 1, 6 one-rollout groups a step (of the 8 prompts)
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -67,8 +67,9 @@ class RankSkewedSpy:
         self.inner.load_state_dict(state)
 
 
-def _rank(rank: int, out_dir: Path) -> None:
-    """One rank: 2 training steps of v05_eb + the spy prior; pickles priors, advantages, state, calls and metrics."""
+def _rank(rank: int, out_dir: Path, k: int) -> None:
+    """One rank: 2 training steps of v05_eb + the spy prior at K = ``k``; pickles priors, advantages, state, calls
+    and metrics."""
     torch.set_num_threads(1)
     world = 2
     os.environ |= {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_WORLD_SIZE": str(world)}
@@ -86,8 +87,8 @@ def _rank(rank: int, out_dir: Path) -> None:
     args = config(
         out_dir / "trl",
         v05_estimator="v05_eb",
-        per_device_train_batch_size=PER_RANK,
-        num_generations=K,
+        per_device_train_batch_size=PER_RANK[k],
+        num_generations=k,
         save_strategy="steps",
         save_steps=2,
         save_only_model=True,
@@ -120,15 +121,17 @@ def _rank(rank: int, out_dir: Path) -> None:
     os._exit(0)
 
 
-def test_two_processes_share_the_main_process_prior(tmp_path):
-    """2 ranks × 2 steps (gloo): predict/update run on rank 0 only; both ranks hold the same prior, full-batch
-    advantages, estimator state and v05/* metrics although each rank's provider would predict differently; each
-    rank hands TRL its own slice; rank 0's checkpoint holds the provider and estimator states."""
+@pytest.mark.parametrize("k", [4, 1])
+def test_two_processes_share_the_main_process_prior(tmp_path, k):
+    """2 ranks × 2 steps (gloo), at K = 4 and at one rollout per prompt: predict/update run on rank 0 only; both
+    ranks hold the same prior, full-batch advantages, estimator state and v05/* metrics although each rank's provider
+    would predict differently; each rank hands TRL its own slice; rank 0's checkpoint holds the provider and
+    estimator states."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     env |= {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     env["CUDA_VISIBLE_DEVICES"] = ""
     proc = subprocess.Popen(
-        [sys.executable, __file__, str(tmp_path)],
+        [sys.executable, __file__, str(tmp_path), str(k)],
         env=env,
         cwd=REPO,
         stdout=subprocess.PIPE,
@@ -144,6 +147,7 @@ def test_two_processes_share_the_main_process_prior(tmp_path):
         pytest.fail(f"the 2-process run did not finish in 240 s:\n{output[-6000:]}")
     assert proc.returncode == 0, output[-6000:]
     r0, r1 = (pickle.loads((tmp_path / f"rank{r}.pkl").read_bytes()) for r in (0, 1))
+    per_rank = PER_RANK[k]
 
     assert (r0["rank"], r1["rank"], r0["world"]) == (0, 1, 2)
     assert r0["calls"] == ["predict", "update"] * 2 and r0["has_provider"]  # 2 steps, main process only
@@ -151,15 +155,15 @@ def test_two_processes_share_the_main_process_prior(tmp_path):
     assert len(r0["batches"]) == len(r1["batches"]) == 2
     for b0, b1 in zip(r0["batches"], r1["batches"], strict=True):
         (prior0, adv0, rewards0, keys0, slice0, handed0), (prior1, adv1, rewards1, keys1, slice1, handed1) = b0, b1
-        assert len(adv0) == 2 * PER_RANK and keys0 == keys1 and len(keys0) == 2 * PER_RANK // K
+        assert len(adv0) == 2 * per_rank and keys0 == keys1 and len(keys0) == 2 * per_rank // k
         np.testing.assert_array_equal(rewards0, rewards1)
         np.testing.assert_array_equal(prior0, prior1)  # rank 0's spy prediction (skew 0), bit for bit
         np.testing.assert_array_equal(adv0, adv1)
-        assert (slice0, slice1) == (slice(0, PER_RANK), slice(PER_RANK, 2 * PER_RANK))  # TRL's process_slice
+        assert (slice0, slice1) == (slice(0, per_rank), slice(per_rank, 2 * per_rank))  # TRL's process_slice
         np.testing.assert_allclose(np.concatenate([handed0, handed1]), adv0, atol=1e-6)  # float32 round trip
     assert r0["state"] is not None and r0["state"]["type"] == "PriorErrorState"
     assert r0["state"] == r1["state"]
-    assert sum(r0["state"]["data"]["count"]) == 2 * 2 * PER_RANK // K  # 2 steps × 3 groups
+    assert sum(r0["state"]["data"]["count"]) == 2 * 2 * per_rank // k  # 2 steps × 3 (K = 4) or 6 (K = 1) groups
     assert r0["metrics"] == r1["metrics"] and any("v05/prior_tau2" in row for row in r0["metrics"])
 
     saved = json.loads((tmp_path / "trl" / "checkpoint-2" / trl_adapter.STATE_FILE).read_text())
@@ -168,4 +172,6 @@ def test_two_processes_share_the_main_process_prior(tmp_path):
 
 
 if __name__ == "__main__":
-    torch.multiprocessing.start_processes(_rank, args=(Path(sys.argv[1]),), nprocs=2, start_method="fork")
+    torch.multiprocessing.start_processes(
+        _rank, args=(Path(sys.argv[1]), int(sys.argv[2])), nprocs=2, start_method="fork"
+    )

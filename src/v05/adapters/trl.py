@@ -78,10 +78,10 @@ from transformers.trainer_callback import PrinterCallback, ProgressCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl.trainer.utils import get_callable_name, is_async_callable
 
-from v05._checks import error_line
+from v05._checks import REWARD_RANGES, check_reward_range, error_line, reward_range_text, score_to_reward_scale
 from v05._types import FloatArray, IntArray
 from v05.estimators import Estimate
-from v05.priors import PROVIDERS, Calibration, group_outcomes, make_provider
+from v05.priors import PROVIDERS, Calibration, check_provider_options, group_outcomes, make_provider
 from v05.priors.guard import PriorGuard
 from v05.registry import ALLOCATORS, ESTIMATORS, EstimatorSpec, estimate, get_estimator
 from v05.tasks.base import prompt_key
@@ -134,6 +134,20 @@ def _refuses_group_std(spec: EstimatorSpec) -> bool:
     return spec.uses_prior or spec.keyed
 
 
+class _OneGeneration(int):
+    """The integer 1 while ``trl.GRPOConfig.__post_init__`` runs: it passes TRL's ``num_generations < 2`` gate.
+
+    Every other use of it there (the divisibility checks, ``x % 1``) is exact; :class:`V05GRPOConfig` puts a plain
+    ``1`` back right after and refuses K = 1 itself for estimators whose baseline is the group's own.
+    """
+
+    def __new__(cls) -> _OneGeneration:
+        return super().__new__(cls, 1)
+
+    def __lt__(self, other: object) -> bool:
+        return False if other == 2 else int(self) < other  # type: ignore[operator]
+
+
 @dataclass
 class V05GRPOConfig(trl.GRPOConfig):
     """``trl.GRPOConfig`` plus the v05 estimator and prior that replace TRL's advantages.
@@ -148,9 +162,13 @@ class V05GRPOConfig(trl.GRPOConfig):
         v05_feed_n0: give the provider's pseudo-count n0 to estimators with an ``n0`` option (``v05_eb``) unless
             ``v05_estimator_options`` fixes ``n0``.
         v05_allocator: only ``"fixed"``: TRL samples K = ``num_generations`` rollouts for every prompt.
-        v05_reward_timeout_s: seconds each call of a synchronous reward function may take; with it set, a call
-            that raises or times out scores 0.0 and a non-finite element scores 0.0, counted (module docstring).
-            None: no guard (TRL's behaviour: an exception stops training).
+        v05_reward_range: the scale of TRL's weighted reward sum Σ_f w_f·r_f: ``"01"`` ([0, 1], e.g. 0/1
+            correctness) or ``"pm1"`` ([−1, 1], e.g. ±1 as verl's DAPO scorer). The estimator and the prior work on
+            it (at ``scale="none"`` a ±1 reward gives twice the advantage of a 0/1 one).
+        v05_reward_timeout_s: opt-in fault tolerance (module docstring, "Rewards"): seconds each call of a
+            synchronous reward function may take; a call that raises or times out, and an element that is not a
+            finite number or None, then score the range's failure reward (0 on ``01``, −1 on ``pm1``), counted.
+            None (the default): a reward function that raises stops the run, as in TRL.
         scale_rewards: TRL's name for the estimator's scaling, ``"group"`` for ``scale="group_std"`` and ``"none"``
             otherwise. Unset (``None``) takes that value; a value that contradicts the estimator raises. Prior-fusion
             and history estimators (``v05``, ``v05_eb``, ``dbb``) are never group-std scaled, so they get ``"none"``.
@@ -158,8 +176,9 @@ class V05GRPOConfig(trl.GRPOConfig):
     Raises:
         ValueError: an unsupported TRL, an allocator other than ``fixed``, unknown estimator/prior/option names (the
             valid ones are listed), a prior-fusion estimator without a prior, ``scale_rewards`` that contradicts
-            the estimator, ``multi_objective_aggregation="normalize_then_sum"``, or a ``v05_reward_timeout_s``
-            that is not a positive number of seconds.
+            the estimator, ``multi_objective_aggregation="normalize_then_sum"``, a ``v05_reward_timeout_s``
+            that is not a positive number of seconds, an unknown ``v05_reward_range``, ``num_generations=1`` with
+            a group-only estimator, or a prior whose optional packages are missing (naming the extra).
 
     >>> V05GRPOConfig(output_dir="/tmp/v05-doc", use_cpu=True, report_to=[]).scale_rewards
     'none'
@@ -177,9 +196,13 @@ class V05GRPOConfig(trl.GRPOConfig):
     )
     v05_feed_n0: bool = field(default=True, metadata={"help": "Give the provider's n0 to estimators with an n0."})
     v05_allocator: str = field(default="fixed", metadata={"help": "Only 'fixed' (TRL's K per prompt)."})
+    v05_reward_range: str = field(
+        default="01",
+        metadata={"help": "Scale of the weighted reward sum: '01' ([0, 1], pass = 1) or 'pm1' ([-1, 1], pass = 1)."},
+    )
     v05_reward_timeout_s: float | None = field(
-        default=30.0,
-        metadata={"help": "Per-call timeout (s) of the guarded reward functions; None: unguarded (TRL's behaviour)."},
+        default=None,
+        metadata={"help": "Opt-in fault tolerance: per-call timeout (s) of guarded reward functions (None: off)."},
     )
     scale_rewards: str | None = field(  # type: ignore[assignment]
         default=None,
@@ -187,7 +210,12 @@ class V05GRPOConfig(trl.GRPOConfig):
     )
 
     def __post_init__(self) -> None:
+        one_rollout = self.num_generations == 1
+        if one_rollout:  # TRL's own gate refuses K = 1 for every estimator; v05 decides below, per estimator
+            self.num_generations = _OneGeneration()
         super().__post_init__()
+        if one_rollout:
+            self.num_generations = 1
         check_trl_version()
         if self.v05_allocator != "fixed":
             known = "" if self.v05_allocator in ALLOCATORS else f" (and {self.v05_allocator!r} is not a v05 allocator)"
@@ -202,6 +230,12 @@ class V05GRPOConfig(trl.GRPOConfig):
                 f"v05_estimator={self.v05_estimator!r} needs per-rollout probe values from the policy's hidden states; "
                 "use v05's trainer (estimator.name=poise)"
             )
+        if one_rollout and not spec.single_rollout:
+            raise ValueError(
+                f"num_generations=1 with v05_estimator={self.v05_estimator!r}: its baseline is the group's own, so "
+                "one rollout per prompt has advantage 0; use a baseline from outside the group (v05_eb or v05 with "
+                "v05_prior='running_mean'/'combined', dbb, reinforce_pp) or num_generations >= 2"
+            )
         self._check_options(spec)
         if self.v05_prior is not None and self.v05_prior not in PROVIDERS:
             raise ValueError(f"unknown v05_prior {self.v05_prior!r}; valid: {', '.join(PROVIDERS)}, or None")
@@ -211,6 +245,14 @@ class V05GRPOConfig(trl.GRPOConfig):
         if spec.uses_prior and self.v05_prior is None:
             raise ValueError(
                 f"v05_estimator={self.v05_estimator!r} fuses a prior: set v05_prior to one of {', '.join(PROVIDERS)}"
+            )
+        if spec.uses_prior and self.v05_prior is not None:  # bad options or a missing extra fail here, not mid-run
+            check_provider_options(self.v05_prior, dict(self.v05_prior_options or {}))
+        self.v05_reward_range = reward_range_text(self.v05_reward_range)  # type: ignore[assignment]
+        if self.v05_reward_range not in REWARD_RANGES:
+            raise ValueError(
+                f"unknown v05_reward_range {self.v05_reward_range!r}; valid: {', '.join(REWARD_RANGES)} "
+                "('01': rewards in [0, 1]; 'pm1': rewards in [-1, 1])"
             )
         if self.multi_objective_aggregation != "sum_then_normalize":
             raise ValueError(
@@ -272,10 +314,13 @@ class V05Batch:
     Attributes:
         mode: ``"train"`` or ``"eval"``.
         prompt_ids: (G,) stable prompt keys (``prompt_id`` column, else ``"sha1:" + sha1(prompt text)[:12]``).
-        rewards: (N,) TRL's weighted reward sums, 0/1 scale.
+        rewards: (N,) TRL's weighted reward sums on ``v05_reward_range``'s scale; NaN where every reward function
+            returned None (unscored).
         group: (N,) group ids, ``arange(N) // K``.
-        prior: (G,) the provider's prediction on the 0/1 scale, or None.
-        estimate: the v05 estimate (its ``advantages`` (N,) are what TRL's loss uses, sliced per process).
+        prior: (G,) the provider's prediction on the reward scale (NaN for a group with no scored rollout), or None.
+        estimate: the v05 estimate on the scored rollouts (``scored``), groups renumbered in order.
+        advantages: (N,) what TRL's loss uses (sliced per process): the estimate's, 0 for the unscored rollouts.
+        scored: (N,) bool, the rollouts with a reward.
         engine_advantages: (N,) TRL's own advantages for the same batch (discarded), or None if TRL's completion
             log could not hold them.
         process_slice: the rollouts of this process.
@@ -287,6 +332,8 @@ class V05Batch:
     group: IntArray
     prior: FloatArray | None
     estimate: Estimate
+    advantages: FloatArray
+    scored: np.ndarray
     engine_advantages: FloatArray | None
     process_slice: slice
 
@@ -301,61 +348,93 @@ class _Recorded:
 
 
 class _GuardedReward:
-    """A synchronous TRL reward function that never raises or hangs (module docstring, "Faults").
+    """A synchronous TRL reward function behind v05's reward rule (module docstring, "Rewards").
 
-    ``fn(prompts, completions, **kwargs) -> list[float | None]`` runs behind ``call_with_timeout`` (the main thread,
-    where TRL calls reward functions); a raise or a timeout gives every rollout 0.0, a result that is not a list of
-    one value per rollout gives every rollout 0.0 (garbage), and each element that is neither None nor a finite
-    number gives 0.0 (garbage). ``faults`` counts rollouts; the first fault of each kind is logged at WARNING.
+    ``fn(prompts, completions, **kwargs) -> list[float | None]``. Unguarded (``timeout_s`` None): an exception
+    propagates (TRL's behaviour) and a result that is not one finite number or None per rollout raises
+    ``ValueError`` naming the function and the rollout (TRL would read NaN as None and go on). Guarded: the call runs
+    behind ``call_with_timeout`` (the main thread, where TRL calls reward functions); a raise, a timeout or a result
+    that is not a list of one value per rollout gives every rollout ``fault_score``, and each element that is neither
+    None nor a finite number gives ``fault_score`` (garbage). ``faults`` counts rollouts; the first fault of each kind
+    is logged at WARNING.
     """
 
-    def __init__(self, fn: Callable[..., Any], timeout_s: float) -> None:
+    def __init__(self, fn: Callable[..., Any], timeout_s: float | None, fault_score: float = 0.0) -> None:
         functools.update_wrapper(self, fn)
         self.__name__ = get_callable_name(fn)  # TRL names the reward's metrics after it
-        self.fn, self.timeout_s, self.faults = fn, timeout_s, ScoreFaults()
+        self.fn, self.timeout_s, self.fault_score, self.faults = fn, timeout_s, fault_score, ScoreFaults()
         self._warned: set[str] = set()
+
+    @property
+    def guarded(self) -> bool:
+        """True when faults score ``fault_score`` (a timeout is set) rather than stop the run."""
+        return self.timeout_s is not None
 
     def __call__(self, prompts: Any, completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
         n = len(completions)
         call = functools.partial(self.fn, prompts=prompts, completions=completions, **kwargs)
+        if not self.guarded:
+            return self._checked(call(), n)
         try:
             out = call_with_timeout(call, timeout_s=self.timeout_s)
         except TimeoutError:
-            return self._zeros("timeout", n, f"ran past its {self.timeout_s} s timeout")
-        except Exception as err:  # any reward-function bug is a zero reward, never a crashed run
-            return self._zeros("error", n, f"raised {error_line(err)}")
+            return self._faulted("timeout", n, f"ran past its {self.timeout_s} s timeout")
+        except Exception as err:  # guarded: any reward-function bug is a fault reward, never a crashed run
+            return self._faulted("error", n, f"raised {error_line(err)}")
         if isinstance(out, str | bytes) or not isinstance(out, Sequence | np.ndarray) or len(out) != n:
-            return self._zeros("garbage", n, f"returned {type(out).__name__}, not a list of {n} rewards")
+            return self._faulted("garbage", n, f"returned {type(out).__name__}, not a list of {n} rewards")
         rewards: list[float | None] = []
         for value in out:
             reward = None if value is None else finite_reward(value)
             if value is not None and reward is None:
                 self._fault("garbage", 1, f"returned {value!r}, not a finite number or None")
-            rewards.append(None if value is None else (0.0 if reward is None else reward))
+            rewards.append(None if value is None else (self.fault_score if reward is None else reward))
         return rewards
 
-    def _zeros(self, fault: ScoreFault, n: int, what: str) -> list[float | None]:
+    def _checked(self, out: Any, n: int) -> list[float | None]:
+        """The unguarded rule: one finite number or None per rollout, else ``ValueError``."""
+        if isinstance(out, str | bytes) or not isinstance(out, Sequence | np.ndarray) or len(out) != n:
+            raise ValueError(
+                f"reward function {self.__name__} returned {type(out).__name__}"
+                f"{f' of length {len(out)}' if hasattr(out, '__len__') else ''}, not a list of {n} rewards"
+            )
+        rewards: list[float | None] = []
+        for i, value in enumerate(out):
+            reward = None if value is None else finite_reward(value)
+            if value is not None and reward is None:
+                raise ValueError(
+                    f"reward function {self.__name__} returned {value!r} for rollout {i}: return a finite number, or "
+                    "None where the function does not apply (set v05_reward_timeout_s to score faults instead)"
+                )
+            rewards.append(reward)
+        return rewards
+
+    def _faulted(self, fault: ScoreFault, n: int, what: str) -> list[float | None]:
         self._fault(fault, n, what)
-        return [0.0] * n
+        return [self.fault_score] * n
 
     def _fault(self, fault: ScoreFault, n: int, what: str) -> None:
         self.faults.add(fault, n)
         level = logging.DEBUG if fault in self._warned else logging.WARNING
         self._warned.add(fault)
-        logger.log(level, "reward function %s %s: reward 0.0, counted in v05/verifier_*", self.__name__, what)
+        logger.log(level, "reward function %s %s: reward %s, counted in v05/verifier_*", self.__name__, what,
+                   self.fault_score)  # fmt: skip
 
 
-def _guard_rewards(reward_funcs: Any, timeout_s: float | None) -> Any:
-    """``reward_funcs`` with each synchronous callable wrapped in :class:`_GuardedReward` (timeout_s None: as given).
+def _guard_rewards(reward_funcs: Any, timeout_s: float | None, reward_range: str) -> Any:
+    """``reward_funcs`` with each synchronous callable wrapped in :class:`_GuardedReward`.
+
+    A guarded fault scores the range's failure reward, its lower end.
 
     Reward models (``nn.Module``, model ids) and async functions are left as they are: the SIGALRM timeout cannot
     reach TRL's async event-loop thread.
     """
-    if timeout_s is None or reward_funcs is None:
+    if reward_funcs is None:
         return reward_funcs
+    fault_score = check_reward_range(reward_range)[0]
     funcs = reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]
     return [
-        _GuardedReward(f, timeout_s)
+        _GuardedReward(f, timeout_s, fault_score)
         if callable(f) and not isinstance(f, torch.nn.Module | _GuardedReward) and not is_async_callable(f)
         else f
         for f in funcs
@@ -366,8 +445,9 @@ def _guard_rewards(reward_funcs: Any, timeout_s: float | None) -> Any:
 class _Shared:
     """What the main process computes for a generation batch and broadcasts to the others."""
 
-    prior: FloatArray | None  # (G,) 0/1 scale
-    estimate: Estimate  # advantages (N,) and the estimator state after the batch
+    prior: FloatArray | None  # (G,) reward scale, NaN for unscored groups
+    estimate: Estimate  # on the scored rollouts: advantages (S,) and the estimator state after the batch
+    advantages: FloatArray  # (N,) the estimate's, 0 for the unscored rollouts
     calibration: Calibration | None  # the provider's, after its update (for the v05/prior_* metrics)
     prior_fallbacks: int = 0  # prompts of this batch the guard's running mean stood in for
     prior_update_errors: int = 0  # failed provider updates so far
@@ -425,14 +505,15 @@ class V05GRPOTrainer(trl.GRPOTrainer):
         self.v05_state: object | None = None
         self.v05_last_batch: V05Batch | None = None
         self._v05_recorded: _Recorded | None = None
-        super().__init__(model, _guard_rewards(reward_funcs, args.v05_reward_timeout_s), args, **kwargs)
+        funcs = _guard_rewards(reward_funcs, args.v05_reward_timeout_s, args.v05_reward_range)
+        super().__init__(model, funcs, args, **kwargs)
 
     def _calculate_rewards(self, inputs: Any, prompts: Any, completions: Any, completion_ids_list: Any) -> Any:
         """TRL's gathered rewards (unchanged); also records the gathered prompt keys, texts and verifier faults.
 
         The fault counts (rollouts scored 0.0 by the guarded reward functions) are summed over processes.
         """
-        guarded = [f for f in self.reward_funcs if isinstance(f, _GuardedReward)]
+        guarded = [f for f in self.reward_funcs if isinstance(f, _GuardedReward) and f.guarded]
         for f in guarded:
             f.faults.reset()
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
@@ -464,15 +545,14 @@ class V05GRPOTrainer(trl.GRPOTrainer):
         process_slice = slice(p * recorded.n_local, (p + 1) * recorded.n_local)  # TRL's process_slice
         batch = self._v05_estimate(recorded, int(k), mode, process_slice)
         local = output["advantages"]  # (n_local,) TRL's, replaced
-        output["advantages"] = torch.as_tensor(
-            batch.estimate.advantages[process_slice], dtype=local.dtype, device=local.device
-        )
+        output["advantages"] = torch.as_tensor(batch.advantages[process_slice], dtype=local.dtype, device=local.device)
         self.v05_last_batch = batch
         return output
 
     def _v05_estimate(self, recorded: _Recorded, k: int, mode: str, process_slice: slice) -> V05Batch:
         """Checks on every process; prior → estimator → prior update on the main one, broadcast; logs ``v05/*``."""
-        rewards = _weighted_rewards(recorded.rewards_per_func, self.reward_weights)  # (N,) same on every process
+        reward_range = self.args.v05_reward_range
+        rewards = _weighted_rewards(recorded.rewards_per_func, self.reward_weights, reward_range)  # (N,) NaN: unscored
         n = len(rewards)
         if k < 1 or n % k:
             raise ValueError(f"{n} rollouts do not split into groups of num_generations={k}")
@@ -482,35 +562,60 @@ class V05GRPOTrainer(trl.GRPOTrainer):
         if mode == "train" and self.v05_spec.stateful:
             self.v05_state = shared.estimate.state
         self._v05_log(mode, shared, group, recorded.verifier_faults)
-        engine = self._v05_swap_logged_advantages(shared.estimate.advantages)
-        return V05Batch(mode, tuple(keys_g), rewards, group, shared.prior, shared.estimate, engine, process_slice)
+        engine = self._v05_swap_logged_advantages(shared.advantages)
+        scored = ~np.isnan(rewards)
+        return V05Batch(mode, tuple(keys_g), rewards, group, shared.prior, shared.estimate, shared.advantages,
+                        scored, engine, process_slice)  # fmt: skip
 
     def _v05_compute(
         self, rewards: FloatArray, group: IntArray, keys_g: np.ndarray, texts_g: list[str], mode: str
     ) -> _Shared:
-        """Prior → estimator → prior update on the whole batch (the main process's provider and state)."""
+        """Prior → estimator → prior update on the whole batch (the main process's provider and state).
+
+        Unscored rollouts (NaN: every reward function returned None) are left out, as TRL leaves them out of its
+        baseline: the estimator sees the scored ones (groups renumbered), the provider predicts and learns the groups
+        with at least one, and the unscored rollouts get advantage 0.
+        """
         spec, args = self.v05_spec, self.args
+        reward_range = args.v05_reward_range
         options: dict[str, Any] = dict(args.v05_estimator_options)
+        scored = ~np.isnan(rewards)  # (N,)
+        if not scored.any():  # nothing to learn from: advantage 0 everywhere, prior and state unchanged
+            est = Estimate(np.zeros(0), np.zeros(0), state=self.v05_state if spec.stateful else None)
+            calibration = self.v05_provider.calibration() if self.v05_provider is not None else None
+            errors = self.v05_prior_guard.update_errors if self.v05_prior_guard is not None else 0
+            prior_g = None if self.v05_provider is None else np.full(len(keys_g), np.nan)
+            return _Shared(prior_g, est, np.zeros(len(rewards)), calibration, 0, errors)
+        kept, sub_group = np.unique(group[scored], return_inverse=True)  # (G',) groups with a reward; (S,) ids
+        keys, texts = [str(keys_g[g]) for g in kept], [texts_g[g] for g in kept]
         prior, guard, n_fallback = None, self.v05_prior_guard, 0
         if self.v05_provider is not None and guard is not None:
-            pred, n_fallback = guard.predict(self.v05_provider, list(keys_g), list(texts_g))
-            prior = np.clip((np.asarray(pred.mean, np.float64) + 1.0) / 2.0, 0.0, 1.0)  # (G,) ±1 → 0/1
+            pred, n_fallback = guard.predict(self.v05_provider, keys, texts)
+            prior = score_to_reward_scale(pred.mean, reward_range)  # (G',) ±1 score → reward scale
             if "n0" in spec.options and args.v05_feed_n0 and "n0" not in options:
                 options["n0"] = np.asarray(pred.n0, np.float64)
         if spec.stateful:
             options["state"] = self.v05_state
         if spec.keyed:
-            options["prompt_ids"] = np.asarray(keys_g)
+            options["prompt_ids"] = np.asarray(keys)
         if "step" in spec.options:
             options["step"] = int(self.state.global_step)
-        est = estimate(args.v05_estimator, rewards, group, prior=prior, reward_range="01", **options)
+        est = estimate(
+            args.v05_estimator, rewards[scored], sub_group, prior=prior, reward_range=reward_range, **options
+        )
         if mode == "train" and self.v05_provider is not None and guard is not None:
-            scores, counts = group_outcomes(rewards, group, reward_range="01")
+            scores, counts = group_outcomes(rewards[scored], sub_group, reward_range=reward_range)
             step = int(self.state.global_step)
-            guard.update(self.v05_provider, list(keys_g), list(texts_g), scores, counts, step=step)
+            guard.update(self.v05_provider, keys, texts, scores, counts, step=step)
         calibration = self.v05_provider.calibration() if self.v05_provider is not None else None
         update_errors = guard.update_errors if guard is not None else 0
-        return _Shared(prior, est, calibration, n_fallback, update_errors)
+        advantages = np.zeros(len(rewards))  # (N,)
+        advantages[scored] = est.advantages
+        prior_g = None
+        if prior is not None:
+            prior_g = np.full(len(keys_g), np.nan)  # (G,)
+            prior_g[kept] = prior
+        return _Shared(prior_g, est, advantages, calibration, n_fallback, update_errors)
 
     def _v05_from_main(self, compute: Callable[[], _Shared]) -> _Shared:
         """``compute()`` on the main process, broadcast to the others; an error there is raised on every process.
@@ -536,14 +641,16 @@ class V05GRPOTrainer(trl.GRPOTrainer):
 
     def _v05_log(self, mode: str, shared: _Shared, group: IntArray, verifier_faults: tuple[int, int] | None) -> None:
         metrics, est = self._metrics[mode], shared.estimate
-        moved_g = np.bincount(group, weights=(np.abs(est.advantages) > 1e-12).astype(np.float64))  # (G,)
+        moved_g = np.bincount(group, weights=(np.abs(shared.advantages) > 1e-12).astype(np.float64))  # (G,)
         metrics["v05/zero_adv_frac"].append(float(np.mean(moved_g == 0)))
-        metrics["v05/adv_abs_mean"].append(float(np.mean(np.abs(est.advantages))))
+        metrics["v05/adv_abs_mean"].append(float(np.mean(np.abs(shared.advantages))))
         for name, values in (("mean_weight", est.weight), ("reject_rate", est.reject), ("n0", est.n0)):
             if values is not None:
                 metrics[f"v05/{name}"].append(float(np.mean(values)))
         if shared.calibration is not None and shared.prior is not None:
-            metrics["v05/prior_mean"].append(float(np.mean(shared.prior)))
+            metrics["v05/prior_mean"].append(
+                float(np.nanmean(shared.prior)) if np.isfinite(shared.prior).any() else 0.5
+            )
             for name in ("tau2", "auc", "n0", "n"):
                 metrics[f"v05/prior_{name}"].append(float(getattr(shared.calibration, name)))
         if shared.prior is not None:
@@ -617,24 +724,24 @@ class V05GRPOTrainer(trl.GRPOTrainer):
                 self.v05_prior_guard.load_state_dict(state["prior_guard"])
 
 
-def _weighted_rewards(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> FloatArray:
-    """(N,) Σ_f w_f·r_f as TRL sums them (a ``None`` reward counts 0), checked to lie in [0, 1]."""
-    r = rewards_per_func.detach().to("cpu", torch.float64)  # (N, F)
-    unscorable = torch.isnan(r).all(dim=1)
-    if bool(unscorable.any()):
-        i = int(torch.nonzero(unscorable)[0, 0])
-        raise ValueError(
-            f"every reward function returned None for rollout {i}; TRL would zero its advantage, but v05's "
-            "estimators need a reward for every rollout of a group: return 0.0 instead of None"
-        )
+def _weighted_rewards(rewards_per_func: torch.Tensor, weights: torch.Tensor, reward_range: str) -> FloatArray:
+    """(N,) Σ_f w_f·r_f as TRL sums them, checked to lie in ``reward_range``.
+
+    A ``None`` reward counts 0, as in TRL's sum; a rollout every function scored ``None`` is NaN (unscored).
+    """
+    r = rewards_per_func.detach().to("cpu", torch.float64)  # (N, F), NaN for None
     rewards = (r * weights.to(torch.float64).unsqueeze(0)).nansum(dim=1).numpy()  # (N,)
-    bad = np.flatnonzero(~((rewards >= 0.0) & (rewards <= 1.0)))
+    rewards[torch.isnan(r).all(dim=1).numpy()] = np.nan  # unscored: TRL leaves them out of its baseline
+    lo, hi = check_reward_range(reward_range)
+    bad = np.flatnonzero(~np.isnan(rewards) & ~((rewards >= lo) & (rewards <= hi)))
     if bad.size:
         i = int(bad[0])
+        other = "pm1" if reward_range == "01" and rewards[i] >= -1.0 and rewards[i] <= 1.0 else None
+        hint = f"set v05_reward_range={other!r} for rewards in [-1, 1], or make" if other else "make"
         raise ValueError(
-            f"reward {float(rewards[i])!r} of rollout {i} lies outside [0, 1]: V05GRPOTrainer gives v05 TRL's "
-            "weighted reward sum on the 0/1 scale (binary for V0.5's test and v05_eb's guard); make the reward "
-            "functions return values in [0, 1] and choose reward_weights so that their weighted sum stays in [0, 1]"
+            f"reward {float(rewards[i])!r} of rollout {i} lies outside v05_reward_range={reward_range!r} "
+            f"[{lo:g}, {hi:g}] (TRL's weighted sum of the reward functions); {hint} the reward functions and "
+            "reward_weights keep the sum in range"
         )
     return rewards
 

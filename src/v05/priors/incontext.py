@@ -26,7 +26,7 @@ import numpy as np
 
 from v05._checks import check_int
 from v05._types import FloatArray
-from v05.priors.backends import make_backend
+from v05.priors.backends import backend_requires, make_backend
 from v05.priors.embeddings import Embedder
 from v05.priors.head_registry import make_head
 from v05.priors.heads import Head, KernelRidgeHead, cross_val_fit, kernel_ridge_cross_val
@@ -122,6 +122,15 @@ class EmbeddingProvider(BaseProvider):
                 f"got {self.context_size}, {self.min_context}, {self.folds}"
             )
         make_head(self.head, **self.head_options)  # type: ignore[arg-type]  # fail fast on bad names/options
+
+    def requires(self) -> tuple[str, ...]:
+        """Top-level modules it imports on use: scikit-learn, SciPy, the backend's and the head's.
+
+        scikit-learn and SciPy fit the calibration map and the stacking; an ``embedder`` passed in brings its own
+        backend.
+        """
+        backend = () if self.embedder is not None else backend_requires(self.backend, self.backend_options)
+        return ("sklearn", "scipy", *backend, *self._new_head().requires)
 
     def _embedder(self) -> Embedder:
         if self.embedder is None:
@@ -248,6 +257,10 @@ class ProbeProvider(V0Provider):
     backend: str = "policy"
     head: str = "pca_ridge"
 
+    def requires(self) -> tuple[str, ...]:
+        """Top-level modules it imports on use: the head's, scikit-learn and SciPy (features come from the policy)."""
+        return ("sklearn", "scipy", *self._new_head().requires)
+
     def bind_policy(self, backend: object) -> None:
         """Use ``backend`` (a volatile policy-feature backend) as the embedder."""
         self.embedder = Embedder(backend=backend, cache_dir=False)  # type: ignore[arg-type]
@@ -335,6 +348,12 @@ class CombinedProvider(EmbeddingProvider):
         self.stack = tuple(self.stack)
         for name in self.stack:
             make_backend(name)  # fail fast on unknown names
+
+    def requires(self) -> tuple[str, ...]:
+        """Top-level modules it imports on use: :meth:`EmbeddingProvider.requires` plus each ``stack`` backend's."""
+        shared = self.stack_embedders or {}
+        stack = (m for name in self.stack if name not in shared for m in backend_requires(name))
+        return (*EmbeddingProvider.requires(self), *stack)
 
     def _embedders(self) -> list[Embedder]:
         shared = dict(self.stack_embedders or {})

@@ -112,6 +112,14 @@ class BaseProvider:
             raise ValueError(f"unknown decay {self.decay!r}; valid: visit, step")
 
     # -- the interface -------------------------------------------------------------------------------------------
+    def requires(self) -> tuple[str, ...]:
+        """Top-level modules this provider imports on use (none here; embedding providers override it).
+
+        :func:`v05.priors.make_provider` checks them when the provider is built, so a missing optional package
+        fails the run at its start with the extra that installs it, instead of every later prediction falling back.
+        """
+        return ()
+
     def predict(self, prompt_ids: Sequence[str], texts: Sequence[str], *, policy: str = "default") -> PriorPrediction:
         """Predict scores of ``prompt_ids`` under ``policy`` (see the module docstring for the composition)."""
         ids = _ids(prompt_ids)

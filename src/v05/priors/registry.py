@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from v05.extras import require_modules
 from v05.priors.incontext import CombinedProvider, ProbeProvider, V0Provider
 from v05.priors.providers import BaseProvider, HistoryProvider, OracleProvider, RunningMeanProvider
 
@@ -19,7 +20,12 @@ EMBEDDING_PROVIDERS = ("v0", "combined")  # the offline evaluation can embed the
 
 
 def make_provider(name: str, **options: object) -> BaseProvider:
-    """Build a provider by name with keyword options; unknown names or options raise ValueError."""
+    """Build a provider by name with keyword options.
+
+    Raises:
+        ValueError: an unknown name or option, or a package its backend or head needs that is not installed (the
+            message names the package and the extra, e.g. ``pip install 'v05[priors]'``).
+    """
     return _build(name, options)
 
 
@@ -27,9 +33,11 @@ def _build(name: str, options: dict[str, object]) -> BaseProvider:
     if name not in PROVIDERS:
         raise ValueError(f"unknown prior provider {name!r}; valid: {', '.join(PROVIDERS)}")
     try:
-        return PROVIDERS[name](**options)  # type: ignore[arg-type]
+        provider = PROVIDERS[name](**options)  # type: ignore[arg-type]
     except TypeError as err:
         raise ValueError(f"bad options for prior provider {name!r}: {err}") from None
+    require_modules(provider.requires(), f"prior {name!r}")
+    return provider
 
 
 def check_provider_options(name: str, options: dict[str, object]) -> None:

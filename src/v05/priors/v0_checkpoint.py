@@ -26,7 +26,7 @@ import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 
@@ -348,6 +348,8 @@ class V0AdapterBackend:
         device: torch device of encoder and adapter (``"cuda"`` on a GPU).
         dtype: encoder dtype (V0 ran float32; ``"bfloat16"`` is faster on a GPU); the adapter runs in float32.
     """
+
+    requires: ClassVar[tuple[str, ...]] = ("torch", "transformers")  # modules it imports on use (v05.extras)
 
     adapter: str
     encoder: str

@@ -25,7 +25,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 
@@ -297,6 +297,8 @@ class V0TabPFNHead:
         calibration: ``pass_rate`` (E[s] = 2p̂ − 1, what V0 was trained for) or ``isotonic`` (outputs p̂ as
             ``prob_nonneg``, which the ``v0`` provider maps to E[s] with an isotonic fit on its context).
     """
+
+    requires: ClassVar[tuple[str, ...]] = ("torch", "tabpfn")  # modules it imports on use (v05.extras)
 
     checkpoint: str | None = None
     n_estimators: int = 4

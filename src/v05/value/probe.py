@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
@@ -415,6 +416,8 @@ class PcaRidgeHead:
     Outputs are not clipped (heads also fit residuals); the provider clips priors to [−1, 1].
     Degenerate cases: constant scores give ŷ = ȳ; fewer than 2 context rows are refused.
     """
+
+    requires: ClassVar[tuple[str, ...]] = ("sklearn",)  # modules it imports on use (v05.extras)
 
     n_components: int = 32
     """PCA components kept (clamped to the rows and the width; 0: standardise the raw embeddings)."""
