@@ -4,6 +4,8 @@
 #   METHOD=v05    bash examples/verl/run_qwen3_4b_dapo.sh   # V0.5: prior + shrinkage/test, OSLA k_init 4 -> k_max 16
 #   METHOD=grpo16 bash examples/verl/run_qwen3_4b_dapo.sh   # the paper's baseline: verl's GRPO, 16 rollouts per prompt
 #   METHOD=grpo4  bash examples/verl/run_qwen3_4b_dapo.sh   # GRPO at V0.5's k_init (SPEC §10: always report it)
+#   METHOD=eb1    bash examples/verl/run_qwen3_4b_dapo.sh   # v05-recommended's form: v05_eb + combined prior, n = 1
+#   METHOD=eb2    bash examples/verl/run_qwen3_4b_dapo.sh   # the same at n = 2
 #
 # Extra Hydra overrides are appended (e.g. trainer.total_training_steps=10). Settings marked (paper) follow the V0.5
 # paper (arXiv:2603.10848); the others are our choices (design/methods-v05-v0.md Q10-Q13), identical for all methods.
@@ -116,11 +118,52 @@ V05=(
     +algorithm.v05.allocator_options.schedule=jump
 )
 
+# v05-recommended's form (README): v05_eb, the empirical-Bayes fusion of the `combined` prior (policy mean + the
+# prompt's own history + a residual model on MiniLM and TF-IDF features) with the group's rollouts, at one rollout
+# per prompt and fixed budgets (no OSLA). On the tiny policy its data say a running mean at k = 1 gains about as much
+# (docs/results-evidence.md): run +algorithm.v05.provider=running_mean beside it. 2048 prompts x 1 = the same 2048
+# rollouts per step as GRPO16; the prior sees each prompt's bare problem text. filter_groups stays off: v05_eb gives
+# all-correct/all-wrong groups a non-zero advantage (the adapter refuses the filter).
+EB1=(
+    trainer.v1.trainer_mode=v05
+    algorithm.adv_estimator=v05_eb
+    data.train_batch_size=2048
+    actor_rollout_ref.rollout.n=1
+    actor_rollout_ref.actor.ppo_mini_batch_size=512
+    +algorithm.v05.reward_range=pm1
+    +algorithm.v05.key_field=index
+    +algorithm.v05.text_field=question
+    +algorithm.v05.options.scale=none
+    +algorithm.v05.provider=combined
+    +algorithm.v05.provider_options.backend=${PRIOR_BACKEND}
+    +algorithm.v05.provider_options.refit_every=4
+    +algorithm.v05.allocator=fixed
+)
+
+# The same at 2 rollouts per prompt: 1024 prompts x 2 = 2048 rollouts per step.
+EB2=(
+    trainer.v1.trainer_mode=v05
+    algorithm.adv_estimator=v05_eb
+    data.train_batch_size=1024
+    actor_rollout_ref.rollout.n=2
+    actor_rollout_ref.actor.ppo_mini_batch_size=256
+    +algorithm.v05.reward_range=pm1
+    +algorithm.v05.key_field=index
+    +algorithm.v05.text_field=question
+    +algorithm.v05.options.scale=none
+    +algorithm.v05.provider=combined
+    +algorithm.v05.provider_options.backend=${PRIOR_BACKEND}
+    +algorithm.v05.provider_options.refit_every=4
+    +algorithm.v05.allocator=fixed
+)
+
 case "${METHOD}" in
     v05) METHOD_ARGS=("${V05[@]}") ;;
     grpo16) METHOD_ARGS=("${GRPO16[@]}") ;;
     grpo4) METHOD_ARGS=("${GRPO4[@]}") ;;
-    *) echo "METHOD must be v05, grpo16 or grpo4, got ${METHOD}" >&2; exit 2 ;;
+    eb1) METHOD_ARGS=("${EB1[@]}") ;;
+    eb2) METHOD_ARGS=("${EB2[@]}") ;;
+    *) echo "METHOD must be v05, grpo16, grpo4, eb1 or eb2, got ${METHOD}" >&2; exit 2 ;;
 esac
 
 python3 -m verl.trainer.main_ppo "${COMMON[@]}" "${METHOD_ARGS[@]}" "$@"

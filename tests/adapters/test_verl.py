@@ -214,7 +214,8 @@ def test_register_is_idempotent_and_leaves_verl_names_alone():
     assert register() == tuple(VERL_ESTIMATORS)
     assert all(core_algos.get_adv_estimator_fn(n) is f for n, f in first.items())
     assert set(VERL_ESTIMATORS) == {"v05", "v05_eb", "v05_dbb", "v05_grpo", "v05_drgrpo", "v05_rloo"} | {
-        "v05_reinforce_pp_baseline", "v05_reinforce_pp"
+        "v05_reinforce_pp_baseline",
+        "v05_reinforce_pp",
     }
     assert core_algos.get_adv_estimator_fn("grpo") is core_algos.compute_grpo_outcome_advantage
     with pytest.raises(ValueError, match="not a v05 estimator"):
@@ -564,7 +565,7 @@ def build_trainer(config, tq, pass_rates, seed=0, **script):
     from v05.adapters.verl_trainer import trainer_class
 
     trainer = trainer_class()(config)
-    trainer.replay_buffer.inner.poll_interval = 0.02
+    getattr(trainer.replay_buffer, "inner", trainer.replay_buffer).poll_interval = 0.02  # OSLA wraps verl's
     rows = [
         {
             "raw_prompt": [{"role": "user", "content": DAPO_TEMPLATE.format(problem=f"question {i}")}],
@@ -920,6 +921,79 @@ def test_trainer_refuses_settings_it_cannot_honour(tmp_path):
             trainer_class()(verl_config(*base, *extra))
 
 
+def test_group_filters_are_refused_for_estimators_with_an_outside_baseline(tmp_path):
+    """DAPO's filter_groups with v05, v05_eb or v05_dbb is refused in one line naming the reason, in the trainer
+    mode and in verl's own advantage step; with a group-only estimator (v05_grpo) it is DAPO's dynamic sampling and
+    stays allowed."""
+    pytest.importorskip("transfer_queue")
+    from v05.adapters.verl_trainer import trainer_class
+
+    on = ["algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=acc"]
+    for name in ("v05", "v05_eb"):
+        overrides = [o for o in trainer_overrides(tmp_path, name) if "allocator" not in o]  # fixed budgets
+        with pytest.raises(ValueError) as err:
+            trainer_class()(verl_config(*overrides, *on))
+        assert "\n" not in str(err.value)
+        assert str(err.value).startswith("algorithm.filter_groups drops all-correct and all-wrong groups")
+    data, *_ = ragged_batch(6)
+    for name in ("v05_dbb", "v05_eb"):
+        with pytest.raises(ValueError, match=f"which {name}'s baseline from outside the group"):
+            dispatch(data, name, OmegaConf.merge(algorithm(name), {"filter_groups": {"enable": True}}))
+    advantages, _ = dispatch(
+        data, "v05_grpo", OmegaConf.merge(algorithm("v05_grpo"), {"filter_groups": {"enable": True}})
+    )
+    assert advantages.shape == data.batch["response_mask"].shape
+
+
+@pytest.mark.parametrize("method", ["EB1", "EB2"])
+def test_the_launch_scripts_recommended_override_set_runs_in_verls_fit_loop(local_ray, tmp_path, monkeypatch, method):
+    """The launch script's EB1/EB2 overrides (v05_eb + combined prior on MiniLM, fixed budgets, n = 1 and 2) in
+    verl's V1 fit loop, 3 steps, with only the sizes scaled to the test: every prompt gets exactly n rollouts, the
+    actor's advantages are v05_eb's on those rewards with the prior the provider predicted (its n0 fed, the
+    estimator state carried), and the prior learns every step's groups."""
+    from verl.trainer.ppo.v1 import trainer_base
+
+    monkeypatch.setattr(trainer_base.Tracking, "log", lambda self, data, step, **kw: None)
+    sizes = ("data.train_batch_size", "actor_rollout_ref.actor.ppo_mini_batch_size")
+    script = [o.replace("${PRIOR_BACKEND}", "minilm") for o in launch_arrays()[method] if not o.startswith(sizes)]
+    test_only = [o for o in trainer_overrides(tmp_path, "v05_eb") if not o.startswith(("+algorithm.v05.",
+                 "actor_rollout_ref.rollout.n", "algorithm.adv_estimator", "trainer.v1.trainer_mode"))]  # fmt: skip
+    config = verl_config(*test_only, *script)
+    n = int(method[-1])
+    pass_rates = np.array([0.02, 0.98, 0.5, 0.9, 0.1, 0.7, 0.3, 0.95] * 2)
+    trainer, worker = build_trainer(config, local_ray, pass_rates)
+    predictions = []
+    predict = trainer.v05_provider.predict
+
+    def recorded_predict(ids, texts, **kwargs):
+        predictions.append((list(ids), list(texts), predict(ids, texts, **kwargs)))
+        return predictions[-1][2]
+
+    monkeypatch.setattr(trainer.v05_provider, "predict", recorded_predict)
+    trainer.fit(AgentLoopManager(worker))
+
+    updates = trainer.actor_rollout_wg.updates
+    assert len(updates) == len(predictions) == 3 and trainer.v05_provider.name == "combined"
+    state = None
+    for update, (ids, texts, pred) in zip(updates, predictions, strict=True):
+        assert all(t.startswith("question ") for t in texts)  # the bare problem text (text_field=question)
+        real = np.array([not u.startswith("pad") for u in update["uid"]])
+        infos = [update["extra_info"][i] for i in np.flatnonzero(real)]
+        group, _ = group_index(np.array(update["uid"], dtype=object)[real])
+        assert np.all(np.bincount(group) == n) and len(np.bincount(group)) == P
+        first = np.unique(group, return_index=True)[1]
+        keys = [infos[i]["v05_key"] for i in first]
+        by_key = dict(zip(ids, zip((pred.mean + 1) / 2, pred.n0, strict=True), strict=True))
+        prior = np.array([by_key[k][0] for k in keys])
+        n0 = np.array([by_key[k][1] for k in keys])
+        expected = estimate("v05_eb", update["reward"][real], group, prior=2 * prior - 1, reward_range="pm1",
+                            scale="none", state=state, n0=n0)  # fmt: skip
+        state = expected.state
+        np.testing.assert_allclose(update["advantage"][real], expected.advantages, atol=1e-6)
+        assert np.any(update["advantage"][real] != 0)
+    assert len(trainer.v05_provider.online_) == 3 * P  # the provider learned every step's groups
+
+
 # -- the launch script ---------------------------------------------------------------------------------------------
 
 
@@ -927,18 +1001,19 @@ def launch_arrays():
     """The override arrays of examples/verl/run_qwen3_4b_dapo.sh, shell-split, with ${VAR} left for the test."""
     text = LAUNCH.read_text()
     arrays = {}
-    for name in ("COMMON", "GRPO16", "GRPO4", "V05"):
+    for name in ("COMMON", "GRPO16", "GRPO4", "V05", "EB1", "EB2"):
         body = text.split(f"\n{name}=(\n", 1)[1].split("\n)\n", 1)[0]
         lines = [line for line in body.splitlines() if line.strip() and not line.strip().startswith("#")]
         arrays[name] = [arg for line in lines for arg in shlex.split(line)]
     return arrays
 
 
-@pytest.mark.parametrize("method", ["V05", "GRPO16", "GRPO4"])
+@pytest.mark.parametrize("method", ["V05", "GRPO16", "GRPO4", "EB1", "EB2"])
 def test_launch_script_overrides_compose_with_verls_config(method):
     """Every override of the launch script is a valid key of verl 0.9.1's Hydra config (``+`` exactly for v05's
     keys); V0.5 runs the v05 trainer mode with the paper's OSLA settings; the GRPO runs use verl's grpo at 16 and 4
-    rollouts with 2048 rollouts per step."""
+    rollouts with 2048 rollouts per step; EB1/EB2 run v05-recommended's form (v05_eb + combined, fixed budgets) at
+    n = 1 and 2 with the same 2048 rollouts per step."""
     arrays = launch_arrays()
     env = {"TRAIN_FILE": "/d/train.parquet", "VAL_FILE": "/d/val.parquet", "MODEL": "m", "NNODES": "4"}
     env |= {"GPUS_PER_NODE": "8", "METHOD": method.lower(), "PRIOR_BACKEND": "minilm", "V05_PROMPTS": "384"}
@@ -954,6 +1029,14 @@ def test_launch_script_overrides_compose_with_verls_config(method):
         assert v.allocator_options == {"k_init": 4, "k_max": 16, "c": 0.0039, "schedule": "jump"}
         assert v.text_field == "question"  # the bare problem text add_problem_text.py writes
         assert cfg.actor_rollout_ref.rollout.n == 4
+    elif method.startswith("EB"):
+        v = VerlConfig.from_algorithm(cfg.algorithm)
+        n = cfg.actor_rollout_ref.rollout.n
+        assert cfg.trainer.v1.trainer_mode == "v05" and cfg.algorithm.adv_estimator == "v05_eb"
+        assert n == int(method[-1]) and cfg.data.train_batch_size * n == 2048
+        assert v.provider == "combined" and v.allocator == "fixed" and v.reward_range == "pm1"
+        assert v.options == {"scale": "none"} and v.text_field == "question" and v.key_field == "index"
+        assert not cfg.algorithm.filter_groups.enable
     else:
         k = cfg.actor_rollout_ref.rollout.n
         assert cfg.algorithm.adv_estimator == "grpo" and cfg.trainer.v1.trainer_mode == "sync"

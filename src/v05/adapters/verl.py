@@ -422,6 +422,7 @@ class VerlEstimator:
                 estimator needs is missing (with how to provide it).
         """
         cfg = VerlConfig.from_algorithm(config)
+        check_group_filter(config, self)
         if config is not None and bool(config.get("use_kl_in_reward", False)):  # type: ignore[attr-defined]
             raise ValueError(
                 f"{self.name} reads the verifier's outcome reward, but algorithm.use_kl_in_reward=True subtracts a "
@@ -529,6 +530,25 @@ class VerlEstimator:
 def _column(values: Sequence[float | None]) -> FloatArray | None:
     """(G,) float array, or None if any value is missing."""
     return None if any(v is None for v in values) else np.asarray(values, np.float64)
+
+
+def check_group_filter(algorithm: object, estimator: VerlEstimator) -> None:
+    """Refuse DAPO's group filter (``algorithm.filter_groups``) for an estimator whose baseline is not the group's.
+
+    The filter drops all-correct and all-wrong groups before the advantage step. For ``v05``, ``v05_eb`` and
+    ``v05_dbb`` those groups carry signal (r − V ≠ 0 against a prior or a history) and are what the prior and the
+    estimator state learn from: measured in verl's fit loop, the history prior stayed at 0.5 and v05_eb's n0 rose
+    to 200. Group-only estimators (``v05_grpo``, ``v05_rloo``, ...) give those groups A = 0, so filtering them is
+    DAPO's dynamic sampling and stays allowed.
+    """
+    node = algorithm.get("filter_groups", None) if algorithm is not None else None  # type: ignore[attr-defined]
+    spec = estimator.spec
+    if node is not None and bool(node.get("enable", False)) and (spec.uses_prior or spec.keyed):
+        raise ValueError(
+            f"algorithm.filter_groups drops all-correct and all-wrong groups, which {estimator.name}'s baseline from "
+            "outside the group gives a non-zero advantage, and hides them from the prior and its error estimate: "
+            "set algorithm.filter_groups.enable=False"
+        )
 
 
 def estimator_for(name: str) -> VerlEstimator:
@@ -724,6 +744,7 @@ __all__ = [
     "VerlConfig",
     "VerlEstimator",
     "VerlStep",
+    "check_group_filter",
     "check_verl_version",
     "estimator_for",
     "guarded_compute_score",

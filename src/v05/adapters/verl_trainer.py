@@ -65,6 +65,7 @@ from v05.adapters.verl import (
     VerlConfig,
     VerlEstimator,
     VerlStep,
+    check_group_filter,
     estimator_for,
     prompt_rows,
     trajectory_owner,
@@ -157,7 +158,7 @@ class V05TrainerMixin:
         self.v05_allocator: OSLA | None = None
         if self.v05_config.allocator == "osla":
             self.v05_allocator = get_allocator("osla", **self.v05_config.allocator_options)  # type: ignore[assignment]
-        _check_config(config, self.v05_allocator)
+        _check_config(config, self.v05_allocator, self.v05_estimator)
         cfg = self.v05_config
         self.v05_provider = None if cfg.provider is None else make_provider(cfg.provider, **cfg.provider_options)
         self.v05_prior_guard = None if self.v05_provider is None else PriorGuard()
@@ -478,11 +479,18 @@ def step_metrics(step: VerlStep, calibration: Calibration | None = None) -> dict
     return out
 
 
-def _check_config(config: DictConfig, osla: OSLA | None) -> None:
-    """Refuse verl settings that contradict v05's inputs (messages say how to fix them)."""
+def _check_config(config: DictConfig, osla: OSLA | None, estimator: VerlEstimator) -> None:
+    """Refuse verl settings that contradict v05's inputs (messages say how to fix them).
+
+    A group filter (DAPO's ``algorithm.filter_groups``) with an estimator whose baseline comes from outside the group
+    (a prior or a per-prompt history: ``v05``, ``v05_eb``, ``v05_dbb``) is refused: it drops the all-correct and
+    all-wrong groups, which such a baseline gives a non-zero advantage, and hides them from the prior and the
+    estimator state (measured: the history prior stayed at 0.5 and v05_eb's n0 rose to 200).
+    """
     algorithm = config.algorithm
     if algorithm.get("use_kl_in_reward", False):
         raise ValueError("trainer_mode=v05 needs the verifier's outcome reward: set algorithm.use_kl_in_reward=False")
+    check_group_filter(algorithm, estimator)
     if osla is None:
         return
     if (algorithm.get("filter_groups") or {}).get("enable", False):
