@@ -928,6 +928,51 @@ def trl_grpo_rollouts_per_s(
     }
 
 
+def trl_trainer(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[str],
+    keys: Sequence[str],
+    reward_fn: Callable[..., list[float | None]],
+    *,
+    v05: dict[str, Any] | None,
+    callbacks: Sequence[Any] = (),
+    **config: Any,
+) -> Any:
+    """A TRL trainer on plain-string prompts with a ``prompt_id`` column, quiet (no printing callbacks, no reports).
+
+    Args:
+        model: a causal LM; trained in place.
+        tokenizer: its tokenizer (``processing_class``).
+        prompts: (P,) rendered prompt texts.
+        keys: (P,) their stable keys (the ``prompt_id`` column: the prior's per-prompt history).
+        reward_fn: ``reward_fn(prompts, completions, prompt_id, **kwargs) -> list[float | None]``.
+        v05: None for TRL's own ``GRPOTrainer`` (``trl.GRPOConfig``); else the ``v05_*`` fields of a
+            :class:`V05GRPOConfig` for a :class:`V05GRPOTrainer`.
+        callbacks: ``TrainerCallback`` s (evaluation, timing).
+        **config: the other ``GRPOConfig`` fields (``output_dir``, ``num_generations``, ``learning_rate``, ...).
+
+    Returns:
+        The trainer, not yet trained.
+    """
+    check_trl_version()
+    from datasets import Dataset  # noqa: PLC0415 (TRL's own dependency)
+
+    base = {"use_cpu": True, "bf16": False, "report_to": [], "disable_tqdm": True, **no_checkpointing_args()}
+    dataset = Dataset.from_dict({"prompt": list(prompts), "prompt_id": [str(k) for k in keys]})
+    if v05 is None:
+        args: Any = trl.GRPOConfig(**(base | config))
+        trainer = trl.GRPOTrainer(model=model, reward_funcs=reward_fn, args=args, train_dataset=dataset,
+                                  processing_class=tokenizer, callbacks=list(callbacks))  # fmt: skip
+    else:
+        args = V05GRPOConfig(**(base | config | v05))
+        trainer = V05GRPOTrainer(model=model, reward_funcs=reward_fn, args=args, train_dataset=dataset,
+                                 processing_class=tokenizer, callbacks=list(callbacks))  # fmt: skip
+    for printer in (PrinterCallback, ProgressCallback):  # TRL prints its log and a progress bar to stdout
+        trainer.remove_callback(printer)
+    return trainer
+
+
 __all__ = [
     "FIXED_K_MESSAGE",
     "SUPPORTED_TRL",
@@ -937,4 +982,5 @@ __all__ = [
     "check_trl_version",
     "no_checkpointing_args",
     "trl_grpo_rollouts_per_s",
+    "trl_trainer",
 ]

@@ -719,7 +719,7 @@ def store_cell(cell: Cell, store: Path) -> Path:
     shutil.copyfile(cell.run_dir / "config.yaml", tmp / "config.yaml")
     with gzip.GzipFile(tmp / (METRICS_NAME + ".gz"), "wb", mtime=0) as f:  # mtime 0: the same bytes on every machine
         f.write((cell.run_dir / METRICS_NAME).read_bytes())
-    info = {"warm_start": warm_start_digest(cell.cfg), "hardware": _hardware()}
+    info = {"warm_start": warm_start_digest(cell.cfg), "hardware": hardware_label()}
     (tmp / STORED_NAME).write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
     if dest.exists():
         if (dest / "config.yaml").is_file() and not _same_config(dest / "config.yaml", cell.cfg):
@@ -1432,7 +1432,8 @@ def cpu_label(cpuinfo: str, fallback: str) -> str:
     return f"{name}, {unit}" if unit else name
 
 
-def _hardware() -> str:
+def hardware_label() -> str:
+    """The machine a result came from: cores, CPU (with its widest vector unit), OS and Python."""
     fallback = platform.processor() or platform.machine()
     try:
         cpu = cpu_label(Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace"), fallback)
@@ -1458,10 +1459,10 @@ def run_meta(command: str, cells: Sequence[Cell], elapsed_s: float) -> dict[str,
             walls.append(wall or 0.0)
             stored = c.run_dir / STORED_NAME
             where = json.loads(stored.read_text(encoding="utf-8")).get("hardware") if stored.is_file() else None
-            machines[where or _hardware()] = machines.get(where or _hardware(), 0) + 1
+            machines[where or hardware_label()] = machines.get(where or hardware_label(), 0) + 1
     return {
         "command": command,
-        "hardware": _hardware(),
+        "hardware": hardware_label(),
         "cells_hardware": machines,
         "generated": datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
         "cells_finished": len(walls),
