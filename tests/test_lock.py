@@ -20,7 +20,7 @@ tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
 REPO = Path(__file__).resolve().parents[1]
 PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^=\s;]+)$")
 ENVIRONMENTS = {  # lock → the extras its environment installs (the Makefile's main_env / verl_env)
-    "main.lock": ("dev", "priors", "torch", "train", "trl"),
+    "main.lock": ("dev", "lm", "priors", "torch", "train", "trl"),
     "verl.lock": ("dev", "verl"),
 }
 

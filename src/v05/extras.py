@@ -25,6 +25,8 @@ EXTRAS = {
     "reasoning_gym": "train",
     "math_verify": "train",
     "tabpfn": "tabpfn",
+    "gguf": "lm",
+    "peft": "lm",
     "trl": "trl",
     "verl": "verl",
     "vllm": "vllm",

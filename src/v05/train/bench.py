@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import functools
 import json
 import logging
@@ -85,11 +84,11 @@ def _trl_window(cfg: Any, out: Path, window_s: float) -> Callable[[], dict[str, 
     from v05.adapters.trl import trl_grpo_rollouts_per_s  # noqa: PLC0415
     from v05.tasks import make_task  # noqa: PLC0415
     from v05.train.policy import load_policy, set_cpu_threads  # noqa: PLC0415
-    from v05.train.warmstart import ensure_warm_start, render_all  # noqa: PLC0415
+    from v05.train.warmstart import ensure_warm_start, render_all, warm_policy  # noqa: PLC0415
 
     set_cpu_threads(cfg.run.threads)
     warm = ensure_warm_start(cfg, progress=False)
-    model, tokenizer = load_policy(dataclasses.replace(cfg.policy, name_or_path=str(warm)))
+    model, tokenizer = load_policy(warm_policy(cfg, warm))
     task = make_task(cfg.task.name, **cfg.task.options)
     pool = list(task.train_prompts())
     texts = render_all(cfg, task, pool, tokenizer)

@@ -91,10 +91,10 @@ def checkpoint_step(run_dir: Path) -> int:
 
 
 def export_policy(run_dir: Path, model: Any, tokenizer: Any) -> None:
-    """The final policy as a Hugging Face folder (``from_pretrained`` reads it)."""
-    from v05.train.policy import save_policy  # noqa: PLC0415
+    """The final policy as a Hugging Face folder (``from_pretrained`` reads it; a LoRA adapter merged in)."""
+    from v05.train.policy import merged_policy, save_policy  # noqa: PLC0415
 
-    save_policy(model, tokenizer, run_dir / "final")
+    save_policy(merged_policy(model), tokenizer, run_dir / "final")
 
 
 __all__ = ["checkpoint_step", "export_policy", "restore_state", "save_state"]

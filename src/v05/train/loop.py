@@ -20,7 +20,6 @@ Seam for later methods (POISE probe, PPO critic): a value estimate is one more i
 from __future__ import annotations
 
 import copy
-import dataclasses
 import logging
 import signal
 import time
@@ -62,7 +61,7 @@ from v05.train.step import (
     update_prior,
 )
 from v05.train.value import CriticMethod, PoiseMethod, make_value_method
-from v05.train.warmstart import ensure_warm_start, render_all
+from v05.train.warmstart import ensure_warm_start, render_all, warm_policy
 
 logger = logging.getLogger(__name__)
 
@@ -178,7 +177,7 @@ def train(
     policy_cfg = cfg.policy
     if cfg.warmup.enabled:
         warm = ensure_warm_start(cfg, progress=cfg.run.progress)
-        policy_cfg = dataclasses.replace(cfg.policy, name_or_path=str(warm))
+        policy_cfg = warm_policy(cfg, warm)
     model, tokenizer = load_policy(policy_cfg)
     texts, held_texts = render_all(cfg, task, pool, tokenizer), render_all(cfg, task, held_out, tokenizer)
     keys = np.array([p.key for p in pool])

