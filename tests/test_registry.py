@@ -80,3 +80,27 @@ def test_import_is_fast_and_torch_free():
         for _ in range(3)
     ]
     assert all(r[1] == "False" for r in runs)
+
+
+def test_bind_gives_each_estimator_exactly_the_context_it_takes():
+    """EstimatorSpec.bind, the one binding of a runner's context: each estimator gets the context arguments it
+    declares and no other; a user's n0 wins over the provider's; step only when given; the user's options are kept
+    and never mutated; no context name is a user option anywhere (CONTEXT_OPTIONS)."""
+    from v05.registry import CONTEXT_OPTIONS, ESTIMATORS
+
+    context = {"prior": "P", "state": "S", "prompt_ids": "K", "mu": "M", "values": "V"}
+    for name, spec in ESTIMATORS.items():
+        user = {"eps": 0.5} if "eps" in spec.options else {}
+        kw = spec.bind(user, n0="N", step=7, **context)
+        takes = {"prior": spec.uses_prior, "state": spec.stateful, "prompt_ids": spec.keyed,
+                 "mu": spec.needs_truth, "values": spec.needs_values}  # fmt: skip
+        assert {k for k in context if k in kw} == {k for k, t in takes.items() if t}, name
+        assert all(kw[k] == v for k, v in context.items() if k in kw)
+        assert ("n0" in kw) == ("n0" in spec.options) and ("step" in kw) == ("step" in spec.options)
+        assert user == ({"eps": 0.5} if "eps" in spec.options else {})
+        assert set(kw) <= set(spec.options) | {"prior"}
+    eb = ESTIMATORS["v05_eb"]
+    assert eb.bind({"n0": 3.0}, n0="fed")["n0"] == 3.0 and "n0" not in eb.bind({}, n0=None)
+    assert eb.bind({}, prior=None, state=None) == {"prior": None, "state": None}  # a fresh state is passed as None
+    assert "step" not in ESTIMATORS["dbb"].bind({}, step=None, prompt_ids="K")
+    assert set(CONTEXT_OPTIONS) == {"state", "prompt_ids", "step", "prior", "mu", "values"}

@@ -213,13 +213,8 @@ def bench_core(
     prior = rng.uniform(-1, 1, n_groups)
     sides: dict[str, Callable[[], float]] = {}
     for name, spec in ESTIMATORS.items():
-        kw: dict[str, object] = {"prior": prior} if spec.uses_prior else {}
-        if spec.needs_truth:
-            kw["mu"] = prior
-        if spec.keyed:
-            kw["prompt_ids"] = np.arange(n_groups)
-        if spec.needs_values:
-            kw["values"] = prior[group]  # per-rollout values on the ±1 scale
+        # the prior doubles as the truth and, per rollout, as the probe's values (±1 scale)
+        kw = spec.bind(prior=prior, mu=prior, prompt_ids=np.arange(n_groups), values=prior[group])
         sides[name] = wall_time(lambda name=name, kw=kw: estimate(name, rewards, group, **kw))
     anchors = {a: wall_time(fn) for a, fn in _anchor_calls(rewards, group, verl_loop=verl_loop).items()}
     rounds = interleave({**sides, **anchors}, repeats)  # (repeats,) {name: seconds}

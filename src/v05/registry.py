@@ -7,8 +7,9 @@ below are the whole list.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
 
@@ -63,6 +64,43 @@ class EstimatorSpec:
         """Keyword options the estimator accepts (besides rewards, group, prior, reward_range)."""
         params = inspect.signature(self.fn).parameters
         return tuple(p for p in params if p not in ("rewards", "group", "prior", "reward_range"))
+
+    def bind(
+        self,
+        options: Mapping[str, Any] | None = None,
+        *,
+        prior: Any = None,
+        n0: Any = None,
+        state: Any = None,
+        prompt_ids: Any = None,
+        step: int | None = None,
+        mu: Any = None,
+        values: Any = None,
+    ) -> dict[str, Any]:
+        """The keyword arguments of one call: the user's ``options`` plus the runner's context this estimator takes.
+
+        The one place where a runner's context meets an estimator (the trainer, both adapters, the simulator and
+        the bench call it): ``prior`` when it fuses one (``uses_prior``), ``state`` when ``stateful`` (None: a fresh
+        state), ``prompt_ids`` when ``keyed``, ``mu`` when it ``needs_truth``, ``values`` when it ``needs_values``,
+        ``step`` when it has a ``step`` option (and one is given), and a provider's pseudo-count ``n0`` when it has an
+        ``n0`` option, one is given and ``options`` does not fix it. Context names are never user options
+        (:data:`CONTEXT_OPTIONS`; the runners refuse them when a config is built).
+        """
+        kw = dict(options or {})
+        for name, takes, value in (("prior", self.uses_prior, prior), ("state", self.stateful, state),
+                                   ("prompt_ids", self.keyed, prompt_ids), ("mu", self.needs_truth, mu),
+                                   ("values", self.needs_values, values)):  # fmt: skip
+            if takes:
+                kw[name] = value
+        if step is not None and "step" in self.options:
+            kw["step"] = step
+        if n0 is not None and "n0" in self.options and "n0" not in kw:
+            kw["n0"] = n0
+        return kw
+
+
+CONTEXT_OPTIONS = ("state", "prompt_ids", "step", "prior", "mu", "values")
+"""Estimator arguments a runner fills from its context (:meth:`EstimatorSpec.bind`), never set as user options."""
 
 
 ESTIMATORS: dict[str, EstimatorSpec] = {

@@ -83,7 +83,7 @@ from v05._types import FloatArray, IntArray
 from v05.estimators import Estimate
 from v05.priors import PROVIDERS, Calibration, check_provider_options, group_outcomes, make_provider
 from v05.priors.guard import PriorGuard
-from v05.registry import ALLOCATORS, ESTIMATORS, EstimatorSpec, estimate, get_estimator
+from v05.registry import ALLOCATORS, CONTEXT_OPTIONS, ESTIMATORS, EstimatorSpec, estimate, get_estimator
 from v05.tasks.base import prompt_key
 from v05.tasks.verify import ScoreFault, ScoreFaults, call_with_timeout, finite_reward
 from v05.train.state import state_from_json, state_to_json
@@ -97,7 +97,6 @@ FIXED_K_MESSAGE = (
     "TRL's GRPOTrainer samples a fixed num_generations per prompt in contiguous blocks; per-prompt extra rollouts "
     "(OSLA) need v05's trainer or the verl plugin"
 )
-_ADAPTER_OPTIONS = ("state", "prompt_ids", "step", "prior", "mu")  # filled by the adapter, never by the user
 _TRL_SCALE = {"group_std": "group", "none": "none"}  # v05 scale → TRL's scale_rewards name (others: "none")
 STATE_FILE = "v05_state.json"
 """The file in each TRL checkpoint folder that holds the provider and estimator states (written by the main process)."""
@@ -269,12 +268,12 @@ class V05GRPOConfig(trl.GRPOConfig):
 
     def _check_options(self, spec: EstimatorSpec) -> None:
         options = dict(self.v05_estimator_options or {})
-        reserved = sorted(set(options) & set(_ADAPTER_OPTIONS))
+        reserved = sorted(set(options) & set(CONTEXT_OPTIONS))
         if reserved:
             raise ValueError(
                 f"v05_estimator_options may not set {', '.join(reserved)}: the adapter fills it; remove it"
             )
-        valid = [o for o in spec.options if o not in _ADAPTER_OPTIONS]
+        valid = [o for o in spec.options if o not in CONTEXT_OPTIONS]
         unknown = sorted(set(options) - set(valid))
         if unknown:
             raise ValueError(
@@ -578,7 +577,7 @@ class V05GRPOTrainer(trl.GRPOTrainer):
         """
         spec, args = self.v05_spec, self.args
         reward_range = args.v05_reward_range
-        options: dict[str, Any] = dict(args.v05_estimator_options)
+        fed = None
         scored = ~np.isnan(rewards)  # (N,)
         if not scored.any():  # nothing to learn from: advantage 0 everywhere, prior and state unchanged
             est = Estimate(np.zeros(0), np.zeros(0), state=self.v05_state if spec.stateful else None)
@@ -592,17 +591,10 @@ class V05GRPOTrainer(trl.GRPOTrainer):
         if self.v05_provider is not None and guard is not None:
             pred, n_fallback = guard.predict(self.v05_provider, keys, texts)
             prior = score_to_reward_scale(pred.mean, reward_range)  # (G',) ±1 score → reward scale
-            if "n0" in spec.options and args.v05_feed_n0 and "n0" not in options:
-                options["n0"] = np.asarray(pred.n0, np.float64)
-        if spec.stateful:
-            options["state"] = self.v05_state
-        if spec.keyed:
-            options["prompt_ids"] = np.asarray(keys)
-        if "step" in spec.options:
-            options["step"] = int(self.state.global_step)
-        est = estimate(
-            args.v05_estimator, rewards[scored], sub_group, prior=prior, reward_range=reward_range, **options
-        )
+            fed = np.asarray(pred.n0, np.float64) if args.v05_feed_n0 else None
+        options = spec.bind(args.v05_estimator_options, prior=prior, n0=fed, state=self.v05_state,
+                            prompt_ids=np.asarray(keys), step=int(self.state.global_step))  # fmt: skip
+        est = estimate(args.v05_estimator, rewards[scored], sub_group, reward_range=reward_range, **options)
         if mode == "train" and self.v05_provider is not None and guard is not None:
             scores, counts = group_outcomes(rewards[scored], sub_group, reward_range=reward_range)
             step = int(self.state.global_step)

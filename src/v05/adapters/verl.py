@@ -74,7 +74,7 @@ from v05._types import FloatArray, IntArray
 from v05.estimators import Estimate
 from v05.groups import group_index
 from v05.priors import PROVIDERS
-from v05.registry import ESTIMATORS, estimate, get_estimator
+from v05.registry import CONTEXT_OPTIONS, ESTIMATORS, estimate, get_estimator
 from v05.tasks.verify import ScoreFaults, finite_reward
 
 logger = logging.getLogger(__name__)
@@ -92,7 +92,6 @@ TRAINER_MODE = "v05"
 PLUGIN_GROUP, PLUGIN_NAME, PLUGIN_MODULE = "verl.plugins", "v05", "v05.adapters.verl_plugin"
 """verl's entry-point group, v05's entry in it and the module it names (pyproject.toml
 ``[project.entry-points."verl.plugins"]``; :mod:`v05.adapters.verl_plugin` imports this module, loudly)."""
-_ADAPTER_OPTIONS = ("state", "prompt_ids", "step", "prior", "mu")  # filled by the adapter, never by the user
 VERIFIER_FAULTS = ScoreFaults()
 """This process's counts of :func:`guarded_compute_score` calls that gave the fault reward (errors count garbage)."""
 
@@ -167,7 +166,7 @@ class VerlConfig:
             )
         if self.prior_scale not in ("pass_rate", "pm1"):
             raise ValueError(f"algorithm.v05.prior_scale must be 'pass_rate' or 'pm1', got {self.prior_scale!r}")
-        reserved = sorted(set(self.options) & set(_ADAPTER_OPTIONS))
+        reserved = sorted(set(self.options) & set(CONTEXT_OPTIONS))
         if reserved:
             raise ValueError(f"algorithm.v05.options may not set {', '.join(reserved)}: the adapter fills it")
         if self.provider is not None and self.provider not in PROVIDERS:
@@ -472,7 +471,6 @@ class VerlEstimator:
         for r, g in zip(per_rollout, group, strict=True):
             if (r.prior, r.key) != (rows_g[g].prior, rows_g[g].key):
                 raise ValueError(f"rollouts of prompt {group_uids[g]!r} carry different priors or keys in extra_info")
-        options: dict[str, Any] = dict(cfg.options)
         prior = _column([r.prior for r in rows_g])
         keys = None if any(r.key is None for r in rows_g) else np.asarray([r.key for r in rows_g])
         n0 = _column([r.n0 for r in rows_g])
@@ -488,21 +486,9 @@ class VerlEstimator:
                     f"{self.name} keeps a per-prompt history: every prompt needs a stable key in extra_info "
                     f"({KEY_FIELD!r} or {cfg.key_field!r}); trainer.v1.trainer_mode={TRAINER_MODE} writes one"
                 )
-            options["prompt_ids"] = keys
-        if self.spec.stateful:
-            options["state"] = self.state_
-        if "step" in self.spec.options and step is not None:
-            options["step"] = step
-        if "n0" in self.spec.options and cfg.feed_n0 and n0 is not None and "n0" not in options:
-            options["n0"] = n0
-        est = estimate(
-            self.estimator,
-            rewards,
-            group,
-            prior=prior if self.spec.uses_prior else None,
-            reward_range=cfg.reward_range,
-            **options,
-        )
+        options = self.spec.bind(cfg.options, prior=prior, n0=n0 if cfg.feed_n0 else None, state=self.state_,
+                                 prompt_ids=keys, step=step)  # fmt: skip
+        est = estimate(self.estimator, rewards, group, reward_range=cfg.reward_range, **options)
         if self.spec.stateful:
             self.state_ = est.state
         return VerlStep(rewards, group, group_uids, keys, prior, est, cfg.reward_range, 0)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from v05.registry import ALLOCATORS, get_allocator, get_estimator
+from v05.registry import ALLOCATORS, CONTEXT_OPTIONS, get_allocator, get_estimator
 from v05.sim.priors import PriorSpec, parse_prior
 from v05.sim.specs import Spec, parse_spec
 
@@ -80,7 +80,7 @@ def _estimator_spec(text: str) -> Spec:
     es = get_estimator(spec.name)
     bad = sorted(
         {k for k, _ in spec.options} - set(es.options)
-        | ({"state", "prior", "mu", "prompt_ids"} & set(dict(spec.options)))
+        | (set(CONTEXT_OPTIONS) & set(dict(spec.options)))
     )
     if spec.value is not None or bad:
         raise ValueError(f"bad estimator {text!r}: options are key=value from: {', '.join(es.options) or 'none'}")

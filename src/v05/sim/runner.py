@@ -157,16 +157,8 @@ def _call(
 ) -> Estimate:
     """Run the estimator's registered function (its options were checked against the registry once, at parse)."""
     es = get_estimator(spec.name)
-    kw: dict[str, Any] = dict(spec.options)
-    if es.uses_prior:
-        kw["prior"] = prior
-    if es.needs_truth:
-        kw["mu"] = mu
-    if es.stateful:
-        kw["state"] = state
-    if es.keyed:
-        kw["prompt_ids"] = keys
-    return es.fn(rewards, group, reward_range="pm1", **kw)
+    return es.fn(rewards, group, reward_range="pm1", **es.bind(spec.options, prior=prior, mu=mu, state=state,
+                                                               prompt_ids=keys))  # fmt: skip
 
 
 def _exact_step(spec: Spec, cell: _Cell, idx: IntArray, state: Any, tally: Tally, replicate: int) -> None:

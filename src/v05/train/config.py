@@ -30,7 +30,7 @@ from omegaconf.errors import OmegaConfBaseException
 from v05._checks import error_line, reward_range_text
 from v05.engines.hf import GenerationConfig
 from v05.priors import PROVIDERS, check_provider_options
-from v05.registry import ALLOCATORS, get_allocator, get_estimator
+from v05.registry import ALLOCATORS, CONTEXT_OPTIONS, get_allocator, get_estimator
 from v05.tasks import TASKS
 from v05.train.config_paths import check_paths
 from v05.train.critic import CriticConfig
@@ -485,7 +485,7 @@ def check_config(cfg: TrainConfig) -> None:
         spec = get_estimator(cfg.estimator.name)
     except ValueError as err:
         raise ValueError(f"estimator.name: {err}") from None
-    loop_owned = {"state", "prior", "mu", "prompt_ids", "reward_range", "step", "n0", "values"}
+    loop_owned = {*CONTEXT_OPTIONS, "n0"}  # n0 comes from the provider (prior.feed_n0), never a user option here
     bad = sorted(set(cfg.estimator.options) - (set(spec.options) - loop_owned))
     need(not bad, "estimator.options", f"unknown or loop-owned option(s) {', '.join(bad)}; valid: "
          f"{', '.join(sorted(set(spec.options) - loop_owned))}")  # fmt: skip

@@ -178,19 +178,10 @@ def estimate_advantages(
 ) -> tuple[Any, Any]:
     """Advantages of the kept rollouts from the registered estimator; returns (estimate, its next state)."""
     spec = get_estimator(cfg.estimator.name)
-    kw: dict[str, Any] = dict(cfg.estimator.options)
-    if spec.stateful:
-        kw["state"] = state
-    if spec.keyed:
-        kw["prompt_ids"] = keys[idx[kept_pool]]
-    if "step" in spec.options:
-        kw["step"] = step
-    prior = None
-    if spec.uses_prior and prior_v is not None:
-        prior = prior_v[kept_pool]
-        if "n0" in spec.options and cfg.prior.feed_n0 and n0 is not None and "n0" not in kw:
-            kw["n0"] = n0[kept_pool]
-    est = estimate(cfg.estimator.name, rewards, group, prior=prior, reward_range=cfg.train.reward_range, **kw)
+    prior = prior_v[kept_pool] if spec.uses_prior and prior_v is not None else None
+    fed = n0[kept_pool] if prior is not None and cfg.prior.feed_n0 and n0 is not None else None
+    kw = spec.bind(cfg.estimator.options, prior=prior, n0=fed, state=state, prompt_ids=keys[idx[kept_pool]], step=step)
+    est = estimate(cfg.estimator.name, rewards, group, reward_range=cfg.train.reward_range, **kw)
     return est, est.state if spec.stateful else state
 
 
