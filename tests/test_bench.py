@@ -49,7 +49,7 @@ def test_bench_core_bad_sizes_exit_2(argv, capsys):
 def test_spread_median_range_and_iqr():
     """spread gives the median, min–max and linear-interpolation quartiles of the rounds, keeping round order:
     [3, 1, 2] → sorted [1, 2, 3], median 2, Q₁ = 1.5, Q₃ = 2.5; [1, 2, 3, 10] → median (2+3)/2 = 2.5."""
-    from v05.bench import spread
+    from v05.timing import spread
 
     s = spread([3.0, 1.0, 2.0])
     assert (s.median, s.low, s.high, s.q1, s.q3, s.values) == (2.0, 1.0, 3.0, 1.5, 2.5, (3.0, 1.0, 2.0))
@@ -61,7 +61,7 @@ def test_spread_median_range_and_iqr():
 @pytest.mark.parametrize("values", [[], [1.0, float("nan")], [float("inf")]])
 def test_spread_rejects_empty_and_non_finite(values):
     """No rounds, or a non-finite round, is a ValueError (a failed timing must not be quoted)."""
-    from v05.bench import spread
+    from v05.timing import spread
 
     with pytest.raises(ValueError, match="round"):
         spread(values)
@@ -69,7 +69,7 @@ def test_spread_rejects_empty_and_non_finite(values):
 
 def test_interleave_runs_sides_round_robin():
     """interleave calls A, B, C, A, B, C (never A, A, B, B, ...) and returns one {side: measurement} per round."""
-    from v05.bench import interleave
+    from v05.timing import interleave
 
     calls = []
 
@@ -88,7 +88,7 @@ def test_interleave_runs_sides_round_robin():
 @pytest.mark.parametrize("repeats", [0, -1, 1.5, True])
 def test_interleave_rejects_bad_repeats(repeats):
     """repeats must be an integer >= 1: a one-line ValueError naming it."""
-    from v05.bench import interleave
+    from v05.timing import interleave
 
     with pytest.raises(ValueError, match="repeats must be an integer >= 1"):
         interleave({"a": lambda: 1.0}, repeats)
@@ -97,7 +97,7 @@ def test_interleave_rejects_bad_repeats(repeats):
 def test_ratio_spread_pairs_rounds():
     """The quoted ratio is the median of per-round ratios x_r/y_r — [200/100, 300/100, 90/60] = [2, 3, 1.5] → 2 —
     not median(x)/median(y) = 200/100 by coincidence of other rounds."""
-    from v05.bench import ratio_spread
+    from v05.timing import ratio_spread
 
     rounds = [{"x": 200.0, "y": 100.0}, {"x": 300.0, "y": 100.0}, {"x": 90.0, "y": 60.0}]
     s = ratio_spread(rounds, "x", "y")

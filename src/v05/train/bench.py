@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from v05.bench import Spread, interleave, spread
+from v05.timing import Spread, interleave, spread
 from v05.train.cli import require_trainer
 
 logger = logging.getLogger(__name__)
@@ -128,7 +128,7 @@ def bench_train(out: Path, *, window_s: float = 30.0, repeats: int = 3,
 
         ρ_r = (rollouts/s of v05, round r) / (rollouts/s of TRL, round r),   speedup_vs_trl = median_r ρ_r
 
-    Rates and overhead shares are medians over rounds too, each with its spread (:func:`v05.bench.spread`). Both
+    Rates and overhead shares are medians over rounds too, each with its spread (:func:`v05.timing.spread`). Both
     use one torch thread, the same tiny policy, the same max new tokens, prompts per step and k.
 
     Raises:

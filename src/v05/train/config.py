@@ -32,11 +32,10 @@ from v05.engines.hf import GenerationConfig
 from v05.priors import PROVIDERS, check_provider_options
 from v05.registry import ALLOCATORS, CONTEXT_OPTIONS, get_allocator, get_estimator
 from v05.tasks import TASKS
-from v05.train.config_paths import check_paths
 from v05.train.critic import CriticConfig
 from v05.train.features import FeatureConfig
 from v05.train.loss import LossConfig
-from v05.train.policy import TINY_NAME, PolicyConfig
+from v05.train.policy import TINY_NAME, PolicyConfig, looks_local
 from v05.train.sft import SFTConfig
 
 logger = logging.getLogger(__name__)
@@ -514,8 +513,64 @@ def _check_osla_pairing(cfg: TrainConfig) -> None:
         )  # fmt: skip
 
 
+# -- local paths ---------------------------------------------------------------------------------------------------
+# The config's file and directory fields, checked when the config is (before any model or file is opened). A value
+# is a local path when it starts with ``/``, ``.`` (``./``, ``../``) or ``~`` (:func:`v05.train.policy.looks_local`);
+# such a path must exist. Anything else is left to the loader that opens it: a hub id (``Qwen/Qwen2.5-0.5B``) is not
+# a path, and a bare relative name (``data/train.jsonl``) is resolved, and checked, by the task or prior that reads
+# it. Cache folders may be missing (they are created).
+
+PathKind = Literal["dir", "file", "any", "cache"]
+"""What a field names: a directory, a file, either, or a cache folder (created when missing, never a file)."""
+
+BACKEND_PATHS: dict[str, PathKind] = {"path": "dir", "model": "dir", "encoder": "dir", "adapter": "file"}
+"""Embedding-backend options that name local files (hf: path; sentence_transformers: model; v0_adapter: the rest)."""
+
+
+def path_fields(cfg: TrainConfig) -> list[tuple[str, object, PathKind]]:
+    """``(field, value, kind)`` of every config value that names a file or directory."""
+    fields: list[tuple[str, object, PathKind]] = [
+        ("policy.name_or_path", cfg.policy.name_or_path, "dir"),
+        ("policy.gguf_file", cfg.policy.gguf_file, "file"),
+        ("warmup.cache_dir", cfg.warmup.cache_dir, "cache"),
+    ]
+    task, prior = cfg.task.options, cfg.prior.options
+    fields += [(f"task.options.{k}", task[k], "file") for k in ("path", "eval_path") if k in task]  # math_file
+    if "cache_dir" in prior:
+        fields.append(("prior.options.cache_dir", prior["cache_dir"], "cache"))
+    backend, head = prior.get("backend_options"), prior.get("head_options")
+    if isinstance(backend, dict):
+        named = [(k, kind) for k, kind in BACKEND_PATHS.items() if k in backend]
+        fields += [(f"prior.options.backend_options.{k}", backend[k], kind) for k, kind in named]
+    if isinstance(head, dict) and "checkpoint" in head:  # tabpfn / v0_tabpfn: the file or its directory
+        fields.append(("prior.options.head_options.checkpoint", head["checkpoint"], "any"))
+    return fields
+
+
+def check_paths(cfg: TrainConfig) -> None:
+    """Refuse a config whose local paths do not exist (or are of the wrong kind).
+
+    Raises:
+        ValueError: ``field: no such directory '...'`` (one line, naming the field).
+    """
+    for where, value, kind in path_fields(cfg):
+        if not isinstance(value, str) or not looks_local(value):
+            continue
+        path = Path(value).expanduser()
+        if kind == "cache":
+            ok, msg = not path.exists() or path.is_dir(), f"{value!r} exists and is not a directory"
+        elif kind == "dir":
+            ok, msg = path.is_dir(), f"no such directory {value!r}" + (" (it is a file)" if path.exists() else "")
+        elif kind == "file":
+            ok, msg = path.is_file(), f"no such file {value!r}" + (" (it is a directory)" if path.exists() else "")
+        else:
+            ok, msg = path.exists(), f"no such file or directory {value!r}"
+        if not ok:
+            raise ValueError(f"{where}: {msg}")
+
+
 def _check_rest(cfg: TrainConfig, need: Any) -> None:
-    """The checks every estimator shares: allocator, prior, task, local paths (:mod:`v05.train.config_paths`)."""
+    """The checks every estimator shares: allocator, prior, task, local paths (:func:`check_paths`)."""
     tr = cfg.train
     # allocator: a registered name with valid options (batch_size is the loop's)
     need(cfg.allocator.name in ALLOCATORS, "allocator.name",
@@ -532,6 +587,8 @@ def _check_rest(cfg: TrainConfig, need: Any) -> None:
         get_allocator(cfg.allocator.name, batch_size=tr.batch_size, **cfg.allocator.options)
     except (ValueError, TypeError) as err:
         raise ValueError(f"allocator.options: {err}") from None
+    need(cfg.task.name in TASKS, "task.name", f"unknown task {cfg.task.name!r}; valid: {', '.join(TASKS)}")
+    check_paths(cfg)  # a missing file first: the provider's own checks (packages, options) come after
     if cfg.prior.name is not None:
         need(cfg.prior.name in PROVIDERS, "prior.name",
              f"unknown prior provider {cfg.prior.name!r}; valid: {', '.join(PROVIDERS)}")  # fmt: skip
@@ -539,8 +596,6 @@ def _check_rest(cfg: TrainConfig, need: Any) -> None:
             check_provider_options(cfg.prior.name, cfg.prior.options)
         except ValueError as err:
             raise ValueError(f"prior.options: {error_line(err)}") from None
-    need(cfg.task.name in TASKS, "task.name", f"unknown task {cfg.task.name!r}; valid: {', '.join(TASKS)}")
-    check_paths(cfg)
 
 
 def config_changes(saved: TrainConfig, cfg: TrainConfig) -> dict[str, Any]:
@@ -562,6 +617,7 @@ def config_changes(saved: TrainConfig, cfg: TrainConfig) -> dict[str, Any]:
 
 
 __all__ = [
+    "BACKEND_PATHS",
     "AllocatorConfig",
     "EstimatorConfig",
     "EVAL_SPLITS",
@@ -576,9 +632,11 @@ __all__ = [
     "TrainConfig",
     "WarmupConfig",
     "check_config",
+    "check_paths",
     "config_changes",
     "load_config",
     "packaged_configs",
+    "path_fields",
     "quick_config",
     "resolve_config_path",
     "resolve_prompt_form",
