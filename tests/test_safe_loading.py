@@ -22,8 +22,8 @@ from v05.datasets.v0 import load_v0
 from v05.priors.embeddings import Embedder, HFEncoderBackend, SentenceTransformerBackend
 from v05.priors.head_registry import make_head
 from v05.priors.heads import check_tabpfn_checkpoint
-from v05.priors.v0_checkpoint import V0AdapterBackend, load_adapter, load_weights_file, read_state_dict
-from v05.priors.v0_official import load_official_checkpoint
+from v05.priors.v0_checkpoint import load_weights_file, read_state_dict
+from v05.priors.v0_official import V0AdapterBackend, load_adapter, load_official_checkpoint
 from v05.report.runs import load_run
 from v05.tasks.math_file import MathFileTask
 from v05.train.checkpoint import restore_state

@@ -114,6 +114,7 @@ def test_embeddings_module_does_not_import_the_v0_checkpoint_module():
     import v05.priors.backends as backends
     import v05.priors.embeddings as embeddings
     import v05.priors.v0_checkpoint as v0_checkpoint
+    import v05.priors.v0_official as v0_official
 
     def imported(module):
         tree = ast.parse(open(module.__file__, encoding="utf-8").read())
@@ -121,7 +122,8 @@ def test_embeddings_module_does_not_import_the_v0_checkpoint_module():
 
     assert not {"v05.priors.v0_checkpoint", "v05.priors.backends"} & imported(embeddings)
     assert "v05.priors.backends" not in imported(v0_checkpoint)
-    assert backends.BACKENDS["v0_adapter"] is v0_checkpoint.V0AdapterBackend
+    assert backends.BACKENDS["v0_adapter"] is v0_official.V0AdapterBackend
+    assert "v05.priors.v0_official" not in imported(v0_checkpoint)  # the official loaders build on it, not back
 
 
 def test_volatile_backends_are_never_cached():

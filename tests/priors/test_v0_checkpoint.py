@@ -12,9 +12,9 @@ from v05.priors.v0_checkpoint import (  # noqa: E402
     AdapterConfig,
     build_adapter,
     last_token_pool,
-    load_adapter,
     save_adapter,
 )
+from v05.priors.v0_official import load_adapter  # noqa: E402
 
 CONFIG = AdapterConfig(hidden_size=32, num_queries=4, embed_dim=6, num_heads=3, bottleneck=8)
 

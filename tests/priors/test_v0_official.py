@@ -26,8 +26,8 @@ transformers = pytest.importorskip("transformers")
 
 from v05.priors import make_provider  # noqa: E402
 from v05.priors.heads import TABPFN_CHECKPOINT  # noqa: E402
-from v05.priors.v0_checkpoint import AdapterConfig, V0AdapterBackend, load_adapter  # noqa: E402
-from v05.priors.v0_official import V0TabPFNHead, load_official_checkpoint  # noqa: E402
+from v05.priors.v0_checkpoint import AdapterConfig  # noqa: E402
+from v05.priors.v0_official import V0AdapterBackend, V0TabPFNHead, load_adapter, load_official_checkpoint  # noqa: E402
 
 HIDDEN, K, D, HEADS, BOTTLENECK = 32, 4, 6, 3, 8
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *list("abcdefghijklmnopqrstuvwxyz0123456789+=")]

@@ -1,13 +1,13 @@
 """Embedding backends by name: the one factory over :mod:`v05.priors.embeddings` and the V0 adapter.
 
-It sits above both modules so that neither imports the other (``v0_checkpoint`` builds on the HF encoder in
+It sits above both so that neither imports the other (the V0 backend in ``v0_official`` builds on the HF encoder in
 ``embeddings``; the factory needs both).
 """
 
 from __future__ import annotations
 
 from v05.priors.embeddings import Backend, HFEncoderBackend, SentenceTransformerBackend, TfidfBackend
-from v05.priors.v0_checkpoint import V0AdapterBackend
+from v05.priors.v0_official import V0AdapterBackend
 
 BACKENDS = {
     "minilm": SentenceTransformerBackend,
@@ -16,7 +16,7 @@ BACKENDS = {
     "tfidf": TfidfBackend,
     "v0_adapter": V0AdapterBackend,
 }
-"""Backend name → factory(**options); ``v0_adapter`` is the official V0 feature stack (``v0_checkpoint``)."""
+"""Backend name → factory(**options); ``v0_adapter`` is the V0 feature stack (``v0_official``)."""
 
 
 def backend_requires(name: str, options: dict[str, object] | None = None) -> tuple[str, ...]:

@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import zipfile
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import Literal
 
 import numpy as np
 
@@ -250,7 +250,7 @@ def infer_config(state: dict[str, object], *, num_heads: int = 3, dropout: float
 
 def adapter_from_state(state: dict[str, object], config: AdapterConfig, *, source: str) -> object:
     """The adapter (eval mode) with ``state`` loaded strictly; keys must be ``ADAPTER_KEYS`` exactly."""
-    _check_adapter_keys(state, source)
+    check_adapter_keys(state, source)
     adapter = build_adapter(config)
     try:
         adapter.load_state_dict(state, strict=True)  # type: ignore[attr-defined]
@@ -259,28 +259,12 @@ def adapter_from_state(state: dict[str, object], config: AdapterConfig, *, sourc
     return adapter.eval()  # type: ignore[attr-defined]
 
 
-def _check_adapter_keys(state: dict[str, object], source: str) -> None:
+def check_adapter_keys(state: dict[str, object], source: str) -> None:
+    """Raise ``ValueError`` unless ``state`` holds exactly ``ADAPTER_KEYS`` (naming the missing and unexpected)."""
     missing = sorted(set(ADAPTER_KEYS) - set(state))
     unexpected = sorted(set(state) - set(ADAPTER_KEYS))
     if missing or unexpected:
         raise ValueError(f"{source}: not a V0 adapter state dict; missing keys {missing}, unexpected keys {unexpected}")
-
-
-def load_adapter(path: str | Path, *, num_heads: int = 3) -> object:
-    """The adapter module with a file's weights (eval mode).
-
-    An adapter-only file must hold exactly ``ADAPTER_KEYS`` (after ``STRIP_PREFIXES``/``LEGACY_NAMES``). The
-    official checkpoint is loaded strictly by ``load_official_checkpoint`` (heads from its ``args``; ``num_heads``
-    is ignored) without checking its backbone, which needs the encoder.
-    """
-    raw = load_weights_file(path)
-    if is_official(raw):
-        from v05.priors.v0_official import official_from_raw  # noqa: PLC0415 (v0_official builds on this module)
-
-        return official_from_raw(raw, source=str(path), encoder=None).adapter
-    state = read_state_dict(path)
-    _check_adapter_keys(state, str(path))
-    return adapter_from_state(state, infer_config(state, num_heads=num_heads), source=str(path))
 
 
 def save_adapter(adapter: object, path: str | Path) -> Path:
@@ -329,106 +313,21 @@ class V0FeatureStack:
         return np.concatenate(rows).astype(np.float64) if rows else np.zeros((0, 0))
 
 
-@dataclass(kw_only=True, slots=True)
-class V0AdapterBackend:
-    """Features of the V0 stack: a local HF encoder's hidden states through the V0 adapter (1,008-d).
-
-    Attributes:
-        adapter: the official ``v_0_for_grpo_training.pt`` (loaded strictly, backbone checked against ``encoder``)
-            or a v05 adapter-only file (safetensors / weights-only torch).
-        encoder: local directory of the embedding model (Qwen3-Embedding-0.6B for the released V0).
-        path_kind: ``paper`` (the trained adapter) or ``demo`` (V0's demo.py: last-token features, adapter
-            dropped; official file only).
-        backbone: ``check`` the official file's ``backbone.*`` against the encoder, or ``load`` it into the encoder.
-        max_length: tokenizer truncation (V0: 2,048); longer prompts are counted in ``truncated``.
-        batch_size: prompts per encoder forward (V0.predict: 32; training: 4); left padding makes float32
-            features depend on the batch at the ~1e-7 relative level.
-        num_heads: attention heads of an adapter-only file (the official file records its own).
-        num_threads: torch CPU threads.
-        device: torch device of encoder and adapter (``"cuda"`` on a GPU).
-        dtype: encoder dtype (V0 ran float32; ``"bfloat16"`` is faster on a GPU); the adapter runs in float32.
-    """
-
-    requires: ClassVar[tuple[str, ...]] = ("torch", "transformers")  # modules it imports on use (v05.extras)
-
-    adapter: str
-    encoder: str
-    path_kind: PathKind = "paper"
-    backbone: Literal["check", "load"] = "check"
-    max_length: int = 2048
-    batch_size: int = 4
-    num_heads: int = 3
-    num_threads: int = 1
-    device: str = "cpu"
-    dtype: str = "float32"
-    truncated: int = field(default=0, init=False)
-    stack_: V0FeatureStack | None = field(default=None, init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        if self.path_kind not in ("paper", "demo"):
-            raise ValueError(f"unknown path_kind {self.path_kind!r}; valid: paper, demo")
-        if self.backbone not in ("check", "load"):
-            raise ValueError(f"unknown backbone mode {self.backbone!r}; valid: check, load")
-
-    @property
-    def id(self) -> str:
-        """Cache namespace: the backend's name and settings."""
-        suffix = "-demo" if self.path_kind == "demo" else ""
-        return f"v0adapter-{Path(self.adapter).stem}-{Path(self.encoder).name}-{self.max_length}{suffix}"
-
-    def load(self) -> V0FeatureStack:
-        """The feature stack (loaded once)."""
-        if self.stack_ is None:
-            encoder = HFEncoderBackend(
-                device=self.device,
-                dtype=self.dtype,
-                path=self.encoder,
-                pooling="last",
-                max_length=self.max_length,
-                batch_size=self.batch_size,
-                num_threads=self.num_threads,
-                normalize=False,
-            )
-            raw = load_weights_file(self.adapter)
-            if is_official(raw):
-                from v05.priors.v0_official import official_from_raw  # noqa: PLC0415 (builds on this module)
-
-                official = official_from_raw(
-                    raw, source=self.adapter, encoder=encoder, path_kind=self.path_kind, backbone=self.backbone
-                )
-                assert official.stack is not None  # an encoder was given (internal invariant, not user input)
-                self.stack_ = official.stack
-            elif self.path_kind == "demo":
-                raise ValueError(f"{self.adapter}: the demo path needs the official V0 checkpoint (model_state_dict)")
-            else:
-                adapter = load_adapter(self.adapter, num_heads=self.num_heads)
-                self.stack_ = V0FeatureStack(encoder=encoder, adapter=adapter.to(self.device))  # type: ignore[attr-defined]
-        return self.stack_
-
-    def encode(self, texts: Sequence[str]) -> FloatArray:
-        """(Q, D) embeddings of ``texts``."""
-        stack = self.load()
-        out = stack.encode(texts)
-        self.truncated = stack.encoder.truncated
-        return out
-
-
 __all__ = [
     "ADAPTER_KEYS",
     "DEMO_TARGET_DIM",
     "LEGACY_NAMES",
     "AdapterConfig",
     "PathKind",
-    "V0AdapterBackend",
     "V0FeatureStack",
     "adapter_from_state",
     "build_adapter",
     "canonical_key",
+    "check_adapter_keys",
     "demo_features",
     "infer_config",
     "is_official",
     "last_token_pool",
-    "load_adapter",
     "load_weights_file",
     "read_state_dict",
     "save_adapter",

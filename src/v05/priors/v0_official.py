@@ -16,6 +16,9 @@ Differences from v05's earlier reading: weights sit under ``model_state_dict`` (
 ``adapter_layer.`` (not ``adapter.``), ``proj_kv``/``mha`` (not ``kv_proj``/``attn``), a ``backbone.*`` copy of the
 encoder (checked here, not rejected), heads from ``args``; p̂ was isotonic-mapped as P(s ≥ 0) (now optional);
 ``heads.TabPFNHead`` preprocesses, shuffles classes and averages probabilities (V0 averages logits).
+
+The loaders that accept either file, this checkpoint or a v05 adapter-only file (:func:`load_adapter`, the
+``v0_adapter`` embedding backend :class:`V0AdapterBackend`), live here, above :mod:`v05.priors.v0_checkpoint`.
 """
 
 from __future__ import annotations
@@ -38,8 +41,11 @@ from v05.priors.v0_checkpoint import (
     PathKind,
     V0FeatureStack,
     adapter_from_state,
+    check_adapter_keys,
     infer_config,
+    is_official,
     load_weights_file,
+    read_state_dict,
 )
 
 log = logging.getLogger(__name__)
@@ -365,14 +371,116 @@ class V0TabPFNHead:
         return 2.0 * p - 1.0 if self.calibration == "pass_rate" else p
 
 
+# -- the loaders that accept either file: the official checkpoint or a v05 adapter-only file ----------------------
+
+
+def load_adapter(path: str | Path, *, num_heads: int = 3) -> object:
+    """The adapter module with a file's weights (eval mode).
+
+    An adapter-only file must hold exactly ``ADAPTER_KEYS`` (after ``STRIP_PREFIXES``/``LEGACY_NAMES``). The
+    official checkpoint is loaded strictly by ``load_official_checkpoint`` (heads from its ``args``; ``num_heads``
+    is ignored) without checking its backbone, which needs the encoder.
+    """
+    raw = load_weights_file(path)
+    if is_official(raw):
+        return official_from_raw(raw, source=str(path), encoder=None).adapter
+    state = read_state_dict(path)
+    check_adapter_keys(state, str(path))
+    return adapter_from_state(state, infer_config(state, num_heads=num_heads), source=str(path))
+
+
+@dataclass(kw_only=True, slots=True)
+class V0AdapterBackend:
+    """Features of the V0 stack: a local HF encoder's hidden states through the V0 adapter (1,008-d).
+
+    Attributes:
+        adapter: the official ``v_0_for_grpo_training.pt`` (loaded strictly, backbone checked against ``encoder``)
+            or a v05 adapter-only file (safetensors / weights-only torch).
+        encoder: local directory of the embedding model (Qwen3-Embedding-0.6B for the released V0).
+        path_kind: ``paper`` (the trained adapter) or ``demo`` (V0's demo.py: last-token features, adapter
+            dropped; official file only).
+        backbone: ``check`` the official file's ``backbone.*`` against the encoder, or ``load`` it into the encoder.
+        max_length: tokenizer truncation (V0: 2,048); longer prompts are counted in ``truncated``.
+        batch_size: prompts per encoder forward (V0.predict: 32; training: 4); left padding makes float32
+            features depend on the batch at the ~1e-7 relative level.
+        num_heads: attention heads of an adapter-only file (the official file records its own).
+        num_threads: torch CPU threads.
+        device: torch device of encoder and adapter (``"cuda"`` on a GPU).
+        dtype: encoder dtype (V0 ran float32; ``"bfloat16"`` is faster on a GPU); the adapter runs in float32.
+    """
+
+    requires: ClassVar[tuple[str, ...]] = ("torch", "transformers")  # modules it imports on use (v05.extras)
+
+    adapter: str
+    encoder: str
+    path_kind: PathKind = "paper"
+    backbone: Literal["check", "load"] = "check"
+    max_length: int = 2048
+    batch_size: int = 4
+    num_heads: int = 3
+    num_threads: int = 1
+    device: str = "cpu"
+    dtype: str = "float32"
+    truncated: int = field(default=0, init=False)
+    stack_: V0FeatureStack | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.path_kind not in ("paper", "demo"):
+            raise ValueError(f"unknown path_kind {self.path_kind!r}; valid: paper, demo")
+        if self.backbone not in ("check", "load"):
+            raise ValueError(f"unknown backbone mode {self.backbone!r}; valid: check, load")
+
+    @property
+    def id(self) -> str:
+        """Cache namespace: the backend's name and settings."""
+        suffix = "-demo" if self.path_kind == "demo" else ""
+        return f"v0adapter-{Path(self.adapter).stem}-{Path(self.encoder).name}-{self.max_length}{suffix}"
+
+    def load(self) -> V0FeatureStack:
+        """The feature stack (loaded once)."""
+        if self.stack_ is None:
+            encoder = HFEncoderBackend(
+                device=self.device,
+                dtype=self.dtype,
+                path=self.encoder,
+                pooling="last",
+                max_length=self.max_length,
+                batch_size=self.batch_size,
+                num_threads=self.num_threads,
+                normalize=False,
+            )
+            raw = load_weights_file(self.adapter)
+            if is_official(raw):
+                official = official_from_raw(
+                    raw, source=self.adapter, encoder=encoder, path_kind=self.path_kind, backbone=self.backbone
+                )
+                assert official.stack is not None  # an encoder was given (internal invariant, not user input)
+                self.stack_ = official.stack
+            elif self.path_kind == "demo":
+                raise ValueError(f"{self.adapter}: the demo path needs the official V0 checkpoint (model_state_dict)")
+            else:
+                adapter = load_adapter(self.adapter, num_heads=self.num_heads)
+                self.stack_ = V0FeatureStack(encoder=encoder, adapter=adapter.to(self.device))  # type: ignore[attr-defined]
+        return self.stack_
+
+    def encode(self, texts: Sequence[str]) -> FloatArray:
+        """(Q, D) embeddings of ``texts``."""
+        stack = self.load()
+        out = stack.encode(texts)
+        self.truncated = stack.encoder.truncated
+        return out
+
+
 __all__ = [
     "CHECKPOINT_FILE",
     "DOWNLOAD_HINT",
     "HF_REPO",
     "OfficialV0",
+    "V0AdapterBackend",
     "V0TabPFNHead",
     "check_backbone",
     "config_from_args",
+    "load_adapter",
     "load_official_checkpoint",
     "official_from_raw",
     "split_model_state",
