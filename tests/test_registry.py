@@ -104,3 +104,23 @@ def test_bind_gives_each_estimator_exactly_the_context_it_takes():
     assert eb.bind({}, prior=None, state=None) == {"prior": None, "state": None}  # a fresh state is passed as None
     assert "step" not in ESTIMATORS["dbb"].bind({}, step=None, prompt_ids="K")
     assert set(CONTEXT_OPTIONS) == {"state", "prompt_ids", "step", "prior", "mu", "values"}
+
+
+def test_every_registry_answers_an_unknown_name_and_bad_options_the_same_way():
+    """The six registries go through v05.names: an unknown name lists the valid ones, a bad keyword names the entry."""
+    from v05.priors import make_provider
+    from v05.priors.backends import make_backend
+    from v05.priors.head_registry import make_head
+    from v05.registry import get_allocator, get_estimator
+    from v05.tasks import make_task
+
+    lookups = {"estimator": get_estimator, "allocator": get_allocator, "prior provider": make_provider,
+               "head": make_head, "embedding backend": make_backend, "task": make_task}  # fmt: skip
+    for what, call in lookups.items():
+        with pytest.raises(ValueError, match=f"^unknown {what} 'nope'; valid: "):
+            call("nope")
+    for call, what in ((lambda: make_provider("history", nope=1), "prior provider 'history'"),
+                       (lambda: make_head("knn", nope=1), "head 'knn'"),
+                       (lambda: make_backend("tfidf", nope=1), "embedding backend 'tfidf'")):  # fmt: skip
+        with pytest.raises(ValueError, match=f"^bad options for {what}: "):
+            call()

@@ -33,6 +33,7 @@ from v05.estimators import (
     v05,
     v05_eb,
 )
+from v05.names import lookup
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,10 +120,7 @@ ESTIMATORS: dict[str, EstimatorSpec] = {
 
 def get_estimator(name: str) -> EstimatorSpec:
     """The registered estimator ``name``; unknown names list the valid ones."""
-    try:
-        return ESTIMATORS[name]
-    except (KeyError, TypeError):
-        raise ValueError(f"unknown estimator {name!r}; valid: {', '.join(ESTIMATORS)}") from None
+    return lookup(ESTIMATORS, name, "estimator")
 
 
 def estimate(
@@ -201,10 +199,7 @@ def get_allocator(name: str, **options: object) -> Allocator:
     >>> get_allocator("osla", k_init=4, schedule="jump").k_max
     16
     """
-    try:
-        cls = ALLOCATORS[name]
-    except (KeyError, TypeError):
-        raise ValueError(f"unknown allocator {name!r}; valid: {', '.join(ALLOCATORS)}") from None
+    cls = lookup(ALLOCATORS, name, "allocator")
     valid = [f.name for f in fields(cls)]
     unknown = sorted(set(options) - set(valid))
     if unknown:

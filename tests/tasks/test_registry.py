@@ -19,7 +19,7 @@ def test_make_task_builds_each_registered_task(tmp_path):
 @pytest.mark.parametrize(
     ("name", "options", "match"),
     [
-        ("nope", {}, "unknown task 'nope'; valid tasks: arithmetic, reasoning_gym, math_file"),
+        ("nope", {}, "unknown task 'nope'; valid: arithmetic, reasoning_gym, math_file"),
         ("arithmetic", {"n_prompts": 3}, r"unknown option\(s\) \['n_prompts'\].*valid options: n_train, n_eval"),
         ("arithmetic", {"_train": ()}, "unknown option"),
         ("reasoning_gym", {"size_train": 3}, r"needs option\(s\) \['dataset'\]"),

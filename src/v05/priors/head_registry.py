@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from v05.names import build
 from v05.priors.heads import GaussianProcessHead, Head, KernelRidgeHead, KNNHead, LogisticHead, TabPFNHead
 from v05.priors.v0_official import V0TabPFNHead
 from v05.value.probe import PcaRidgeHead
@@ -28,13 +29,8 @@ HEADS: dict[str, Callable[..., Head]] = {
 
 
 def make_head(name: str, **options: float | int | str | None) -> Head:
-    """Build a head by name; unknown names list the valid ones."""
-    if name not in HEADS:
-        raise ValueError(f"unknown head {name!r}; valid: {', '.join(HEADS)}")
-    try:
-        return HEADS[name](**options)  # type: ignore[arg-type]
-    except TypeError as err:
-        raise ValueError(f"bad options for head {name!r}: {err}") from None
+    """Build a head by name; unknown names list the valid ones (:func:`v05.names.build`)."""
+    return build(HEADS, name, "head", **options)
 
 
 __all__ = ["HEADS", "make_head"]

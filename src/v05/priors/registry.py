@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from v05.extras import require_modules
+from v05.names import build
 from v05.priors.incontext import CombinedProvider, ProbeProvider, V0Provider
 from v05.priors.providers import BaseProvider, HistoryProvider, OracleProvider, RunningMeanProvider
 
@@ -30,12 +31,7 @@ def make_provider(name: str, **options: object) -> BaseProvider:
 
 
 def _build(name: str, options: dict[str, object]) -> BaseProvider:
-    if name not in PROVIDERS:
-        raise ValueError(f"unknown prior provider {name!r}; valid: {', '.join(PROVIDERS)}")
-    try:
-        provider = PROVIDERS[name](**options)  # type: ignore[arg-type]
-    except TypeError as err:
-        raise ValueError(f"bad options for prior provider {name!r}: {err}") from None
+    provider = build(PROVIDERS, name, "prior provider", **options)
     require_modules(provider.requires(), f"prior {name!r}")
     return provider
 

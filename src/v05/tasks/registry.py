@@ -6,6 +6,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from v05.names import build, lookup
 from v05.tasks.arithmetic import ArithmeticTask
 from v05.tasks.base import Task
 from v05.tasks.gym import GymTask
@@ -96,13 +97,8 @@ def make_task(name: str, **options: object) -> Task:
     missing = [key for key, required in valid.items() if required and key not in options]
     if missing:
         raise ValueError(f"task {name!r} needs option(s) {missing}; valid options: {', '.join(valid)}")
-    try:
-        return TASKS[name](**options)  # type: ignore[arg-type]
-    except TypeError as err:
-        raise ValueError(f"bad options for task {name!r}: {err}") from None
+    return build(TASKS, name, "task", **options)  # type: ignore[return-value]
 
 
 def _task_class(name: str) -> type[ArithmeticTask] | type[GymTask] | type[MathFileTask] | type[MixtureTask]:
-    if name not in TASKS:
-        raise ValueError(f"unknown task {name!r}; valid tasks: {', '.join(TASKS)}")
-    return TASKS[name]
+    return lookup(TASKS, name, "task")
