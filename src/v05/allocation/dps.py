@@ -170,6 +170,10 @@ class DPS:
     alpha0: float = 1.0
     """Dirichlet prior count for every transition (> 0; DPS's all-ones prior)."""
 
+    def candidate_pool(self, batch_size: int) -> int:
+        """Prompts a step's candidates come from: four batches, from which it selects ``batch_size``."""
+        return 4 * batch_size
+
     def __post_init__(self) -> None:
         check_int(self.k, "k", 1)
         check_int(self.batch_size, "batch_size", 1)

@@ -248,6 +248,10 @@ class GRESO:
     min_keep: float = 0.01
     """κ, the floor of a streaked prompt's keep probability ρ^streak (so q ≤ 1 − κ)."""
 
+    def candidate_pool(self, batch_size: int) -> int:
+        """Prompts a step's candidates come from: four batches, from which it selects ``batch_size``."""
+        return 4 * batch_size
+
     def __post_init__(self) -> None:
         check_int(self.k, "k", 2)
         check_int(self.batch_size, "batch_size", 1)

@@ -186,6 +186,10 @@ class OSLA:
     """spend exactly batch_size·k_init + extra_budget rollouts per step: what the rule leaves of ``extra_budget``
     goes to the least-sampled prompts (up to k_max); needs ``extra_budget``. False: the rule alone (≤ that total)."""
 
+    def candidate_pool(self, batch_size: int) -> int:
+        """Prompts a step's candidates come from: the batch itself (every sampled prompt is trained on)."""
+        return batch_size
+
     def __post_init__(self) -> None:
         check_int(self.k_init, "k_init", 1)
         check_int(self.k_max, "k_max", 1)

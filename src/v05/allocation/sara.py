@@ -142,6 +142,10 @@ class SARA:
     order: Order = "pool"
     """``"pool"``: fresh prompts in pool order; ``"random"``: in a permutation drawn from the step's rng."""
 
+    def candidate_pool(self, batch_size: int) -> int:
+        """Prompts a step's candidates come from: four batches, from which it selects ``batch_size``."""
+        return 4 * batch_size
+
     def __post_init__(self) -> None:
         check_int(self.group_size, "group_size", 2)
         check_int(self.batch_size, "batch_size", 1)

@@ -141,6 +141,10 @@ class PriorSelect:
     alpha0: float = 0.5
     """α₀ > 0 added to both Beta parameters, so n0 = 0 or a prior at 0/1 still gives a proper belief."""
 
+    def candidate_pool(self, batch_size: int) -> int:
+        """Prompts a step's candidates come from: four batches, from which it selects ``batch_size``."""
+        return 4 * batch_size
+
     def __post_init__(self) -> None:
         check_int(self.k, "k", 1)
         check_int(self.batch_size, "batch_size", 1)

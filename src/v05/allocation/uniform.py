@@ -31,6 +31,10 @@ class Fixed:
     batch_size: int | None = None
     """prompts to sample, the first ones of the pool (None: the whole pool)."""
 
+    def candidate_pool(self, batch_size: int) -> int:
+        """Prompts a step's candidates come from: the batch itself (every sampled prompt is trained on)."""
+        return batch_size
+
     def __post_init__(self) -> None:
         check_int(self.k, "k", 1)
         if self.batch_size is not None:
@@ -95,6 +99,10 @@ class DynamicSampling:
     """rounds per step at most (``max_num_gen_batches``: 4 in the DPS math scripts, 10 for Countdown)."""
     order: Order = "pool"
     """``"pool"`` takes prompts in pool order; ``"random"`` in a permutation drawn from the step's rng."""
+
+    def candidate_pool(self, batch_size: int) -> int:
+        """Prompts a step's candidates come from: ``max_rounds`` rounds of ``gen_batch_size`` (default: the batch)."""
+        return (self.gen_batch_size or batch_size) * self.max_rounds
 
     def __post_init__(self) -> None:
         check_int(self.k, "k", 2, hint=" (a single rollout can never be a mixed group)")

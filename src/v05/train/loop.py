@@ -36,6 +36,7 @@ from v05._checks import error_line
 from v05.engines.hf import HFEngine
 from v05.priors import make_provider
 from v05.priors.guard import PriorGuard
+from v05.registry import get_allocator
 from v05.rewards import to_pass_rate
 from v05.tasks import make_task
 from v05.train.checkpoint import checkpoint_step, export_policy, restore_state, save_state
@@ -64,9 +65,6 @@ from v05.train.value import CriticMethod, PoiseMethod, make_value_method
 from v05.train.warmstart import ensure_warm_start, render_all, warm_policy
 
 logger = logging.getLogger(__name__)
-
-POOL_FACTOR = {"fixed": 1, "osla": 1, "sara": 4, "dps": 4, "prior_select": 4, "greso": 4}
-"""Default candidate pool per step, in batches (dynamic_sampling: its max_rounds × gen batch)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -508,13 +506,12 @@ def _queue(cfg: TrainConfig, n: int) -> Any:
 
 
 def _pool_size(cfg: TrainConfig) -> int:
+    """Prompts a step draws its candidates from: ``allocator.pool_factor`` batches, else the allocator's own."""
     a = cfg.allocator
     if a.pool_factor is not None:
         return cfg.train.batch_size * a.pool_factor
-    if a.name == "dynamic_sampling":
-        gen = a.options.get("gen_batch_size") or cfg.train.batch_size
-        return int(gen) * int(a.options.get("max_rounds", 4))
-    return cfg.train.batch_size * POOL_FACTOR.get(a.name, 1)
+    allocator = get_allocator(a.name, batch_size=cfg.train.batch_size, **a.options)
+    return int(allocator.candidate_pool(cfg.train.batch_size))
 
 
 def _progress(cfg: TrainConfig, c: Counters) -> Any:

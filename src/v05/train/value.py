@@ -37,10 +37,6 @@ from v05.train.forward import prefix_rows
 from v05.train.loss import loss_norm
 from v05.value.probe import GroupBuffer, PoiseProbe
 
-TRAINER_ESTIMATORS = ("gae",)
-"""Estimators that exist only inside the trainer (token-level, need a critic); the rest are in v05.registry."""
-
-
 class PoiseMethod:
     """POISE in the loop: the probe, its buffer of whole groups, and the bootstrap (see the module docstring)."""
 
@@ -213,4 +209,4 @@ def make_value_method(cfg: TrainConfig, model: Any) -> PoiseMethod | CriticMetho
     return None
 
 
-__all__ = ["TRAINER_ESTIMATORS", "CriticMethod", "PoiseMethod", "make_value_method"]
+__all__ = ["CriticMethod", "PoiseMethod", "make_value_method"]
