@@ -37,6 +37,7 @@ from v05.train.forward import prefix_rows
 from v05.train.loss import loss_norm
 from v05.value.probe import GroupBuffer, PoiseProbe
 
+
 class PoiseMethod:
     """POISE in the loop: the probe, its buffer of whole groups, and the bootstrap (see the module docstring)."""
 
