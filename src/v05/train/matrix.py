@@ -667,7 +667,7 @@ def cell_state(cell: Cell) -> str:
             ``--out``).
     """
     saved = cell.run_dir / "config.yaml"
-    if saved.is_file() and saved.read_text(encoding="utf-8") != to_yaml(cell.cfg):
+    if saved.is_file() and not _same_config(saved, cell.cfg):  # loaded: a field added since reads as its default
         raise ValueError(
             f"{cell.run_dir} holds a run of another config than the grid's cell {cell.task.name}/{cell.method.name}: "
             "delete it or pass another --out"
