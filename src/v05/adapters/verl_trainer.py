@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from v05._types import FloatArray, IntArray
-from v05.adapters.verl import (
+from v05.adapters.verl_estimators import (
     GROUP_FIELD,
     KEY_FIELD,
     TRAINER_MODE,

@@ -228,7 +228,9 @@ def register_benches(bsub: argparse._SubParsersAction) -> None:  # type: ignore[
     mx.add_argument("--out", default=None, help="folder of the cells and the report (default runs/matrix-GRIDNAME)")
     mx.add_argument("--json", help="also write the results JSON here")
     mx.add_argument("--doc", help="write the results page (markdown, e.g. docs/results.md)")
-    mx.add_argument("--readme", help="replace the README's generated results section (between its markers)")
+    mx.add_argument(
+        "--readme", help="replace the generated section between its markers in this file (docs/results-summary.md)"
+    )
     mx.add_argument("--quick", action="store_true", help="the grid's smoke version (quick methods/seeds, tiny runs)")
     mx.add_argument("--workers", type=int, default=1, help="cells trained at once, one process each (default 1)")
     mx.add_argument("--tasks", default="", help="only these task settings (comma-separated): run the grid in parts")
