@@ -100,8 +100,8 @@ def _trl_window(cfg: Any, out: Path, window_s: float) -> Callable[[], dict[str, 
     from v05.train.warmstart import ensure_warm_start, render_all, warm_policy  # noqa: PLC0415
 
     set_cpu_threads(cfg.run.threads)
-    warm = ensure_warm_start(cfg, progress=False)
-    model, tokenizer = load_policy(warm_policy(cfg, warm))
+    policy = warm_policy(cfg, ensure_warm_start(cfg, progress=False)) if cfg.warmup.enabled else cfg.policy
+    model, tokenizer = load_policy(policy)  # what the v05 side trains: the warm start, or the model as it comes
     task = make_task(cfg.task.name, **cfg.task.options)
     pool = list(task.train_prompts())
     texts = render_all(cfg, task, pool, tokenizer)

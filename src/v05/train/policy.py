@@ -178,7 +178,7 @@ class PolicyConfig:
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     """Parameter dtype; ``"auto"`` is bfloat16 on CUDA; on CPU bfloat16 for a LoRA policy's frozen base where the CPU
     computes bf16 natively (AMX or AVX512-BF16; the adapter stays float32), float32 otherwise: a full fine-tune keeps
-    float32 weights on CPU, since bf16 weights drop updates below their 8-bit mantissa (set ``bfloat16`` to force it)."""
+    float32 weights on CPU, since bf16 weights drop updates below their 8-bit mantissa (``bfloat16`` forces it)."""
     device: str = "auto"
     """Torch device string (``"cpu"``, ``"cuda"``, ``"cuda:1"``); ``"auto"`` is CUDA when available, else CPU."""
     trust_remote_code: bool = False
