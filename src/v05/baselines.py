@@ -20,6 +20,7 @@ import numpy as np
 
 from v05._types import BoolArray, FloatArray, IntArray
 from v05.groups import segment_count, segment_mean
+from v05.rewards import to_pass_rate
 
 NoiseModel = Literal["bound", "plugin"]
 Switch = Literal["smooth", "hard"]
@@ -197,7 +198,7 @@ def eb_guard_pvalue(successes: FloatArray, k: FloatArray, prior_pm1: FloatArray,
     does not: it fires on ordinary k = 4 extremes of a good prior and never on a weak one). n0 = 0 (no trust)
     gives p = 1. Shapes (G,); successes and k must be whole numbers.
     """
-    p_v = np.clip((prior_pm1 + 1.0) / 2.0, 1e-3, 1.0 - 1e-3)
+    p_v = np.clip(to_pass_rate(prior_pm1, "pm1"), 1e-3, 1.0 - 1e-3)
     n0_safe = np.maximum(n0, 1e-12)
     p = beta_binomial_pvalue(
         np.rint(successes).astype(np.int64), np.rint(k).astype(np.int64), n0_safe * p_v, n0_safe * (1.0 - p_v)

@@ -21,6 +21,9 @@ def test_bench_train_contract(tmp_path, tiny_overrides):
     assert main(argv) == 0
     res = json.loads(out.read_text())
     assert res["v05_rollouts_per_s"] > 0 and res["trl_rollouts_per_s"] > 0
+    assert res["rollouts_per_s"] == {"v05": res["v05_rollouts_per_s"], "trl": res["trl_rollouts_per_s"]}
+    assert res["v05_overhead_share"] == res["overhead_frac"] and res["lora_rank"] is None
+    assert res["policy"] == "tiny-llama (SFT warm start)"
     assert 0 <= res["overhead_frac"] < 1 and set(res["configs"]) == {"demo-grpo4", "demo-v05"}
     assert res["order"] == ["v05:demo-grpo4", "trl", "v05:demo-v05"] and res["repeats"] == 1
     assert res["spread"]["speedup_vs_trl"]["rounds"] == [res["speedup_vs_trl"]]
@@ -84,6 +87,8 @@ def test_step_times_leave_out_the_warm_up():
         (["--window-s", "nan"], "window_s must be >= 1.0"),
         (["--repeats", "0"], "repeats must be an integer >= 1"),
         (["--configs", ","], "need at least one config"),
+        (["--policy", "gpt5"], "policy must be one of tiny, smollm2"),
+        (["--lora", "0"], "lora must be a rank >= 1"),
     ],
 )
 def test_bench_train_bad_options_one_line_error(argv, message, capsys):

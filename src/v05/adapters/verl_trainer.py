@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from v05._types import FloatArray, IntArray
-from v05.adapters.verl import (
+from v05.adapters.verl_estimators import (
     GROUP_FIELD,
     KEY_FIELD,
     TRAINER_MODE,
@@ -76,7 +76,7 @@ from v05.groups import segment_count
 from v05.priors import Calibration, calibrate, group_outcomes, make_provider
 from v05.priors.guard import PriorGuard
 from v05.registry import get_allocator
-from v05.rewards import to_pm1
+from v05.rewards import to_pass_rate, to_pm1
 from v05.tasks.base import prompt_key
 from v05.train.state import state_from_json, state_to_json
 
@@ -201,7 +201,7 @@ class V05TrainerMixin:
             pred, n_fallback = self.v05_prior_guard.predict(self.v05_provider, [i[KEY_FIELD] for i in infos], texts)
             self._v05_prior_fallbacks += n_fallback
             for info, v, n0 in zip(infos, pred.mean, pred.n0, strict=True):
-                info[cfg.prior_key] = float((v + 1.0) / 2.0) if cfg.prior_scale == "pass_rate" else float(v)
+                info[cfg.prior_key] = float(to_pass_rate(v, "pm1")) if cfg.prior_scale == "pass_rate" else float(v)
                 info[f"{cfg.prior_key}_n0"] = float(n0)
         tu.assign_non_tensor_stack(batch, "extra_info", infos)
         if self.v05_allocator is not None:

@@ -30,7 +30,7 @@ from v05._checks import RewardRange, check_int
 from v05._types import BoolArray, FloatArray, IntArray
 from v05.allocation.driver import Draw, Finish, Pool, require_keys
 from v05.allocation.keyed import find, upsert
-from v05.rewards import to_pm1
+from v05.rewards import to_pass_rate
 
 UNSOLVED, PARTIAL, SOLVED = 0, 1, 2
 
@@ -199,7 +199,7 @@ class DPS:
 
     def tell(self, s: _DpsRound, draw: Draw) -> _DpsRound:  # noqa: D102
         n = len(s.selected)
-        success = (to_pm1(draw.rewards, s.reward_range) + 1.0) / 2.0  # (N,) success in [0, 1]
+        success = to_pass_rate(draw.rewards, s.reward_range)  # (N,) success in [0, 1]
         rate = np.bincount(draw.prompt, weights=success, minlength=n) / np.maximum(
             np.bincount(draw.prompt, minlength=n), 1
         )  # (P,) ŝ

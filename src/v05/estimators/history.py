@@ -15,7 +15,7 @@ from v05.advantages import Scale, scale_advantages
 from v05.allocation.posterior import BetaHistory, Decay
 from v05.estimators._batch import Estimate, check_prior_scale, prepare
 from v05.groups import segment_sum
-from v05.rewards import from_pm1, to_pm1
+from v05.rewards import from_pm1, to_pass_rate
 
 
 def dbb(
@@ -92,7 +92,7 @@ def dbb(
     else:
         history = state
         history.check_prior(alpha0, beta0)
-    p01 = (to_pm1(b.rewards, reward_range) + 1.0) / 2.0  # (N,) success indicator (fractional allowed)
+    p01 = to_pass_rate(b.rewards, reward_range)  # (N,) success indicator (fractional allowed)
     successes = segment_sum(p01, b.group, b.n_groups)  # (G,)
     updated = history.update(
         keys, successes, b.n_g.astype(np.float64), lambda_=lambda_, decay=decay, step=0 if step is None else step

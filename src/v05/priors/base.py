@@ -20,10 +20,12 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from v05._checks import as_float_1d, check_in_range
+from v05._checks import as_float_1d, as_index_1d, check_in_range, check_int, check_same_length
 from v05._types import FloatArray
 from v05.allocation.posterior import BetaPosterior
 from v05.estimators.fusion import TAU2_FLOOR, prior_error_stats
+from v05.groups import segment_count, segment_mean
+from v05.rewards import to_pass_rate, to_pm1
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +55,7 @@ class PriorPrediction:
     @property
     def pass_rate(self) -> FloatArray:
         """(Q,) predicted pass rate p̂ = (V + 1)/2."""
-        return (self.mean + 1.0) / 2.0
+        return to_pass_rate(self.mean, "pm1")
 
     def to_beta(self) -> BetaPosterior:
         """Beta(n0·p̂, n0·(1 − p̂)) beliefs (what allocators read)."""
@@ -191,10 +193,6 @@ def group_outcomes(
         ValueError: bad rewards or group ids, a group without rollouts, or ``n_groups`` below the ids or not an
             integer.
     """
-    from v05._checks import as_index_1d, check_int, check_same_length
-    from v05.groups import segment_count, segment_mean
-    from v05.rewards import to_pm1
-
     r, g = as_float_1d(rewards, "rewards"), as_index_1d(group, "group")
     check_same_length([r, g], ["rewards", "group"])
     check_in_range(r, "rewards", reward_range)

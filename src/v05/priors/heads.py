@@ -29,6 +29,7 @@ import numpy as np
 
 from v05._checks import error_line
 from v05._types import FloatArray
+from v05.rewards import to_pass_rate
 
 HeadOutput = Literal["score", "prob_nonneg"]
 
@@ -310,7 +311,7 @@ class LogisticHead:
         """Fit on context embeddings (C, D) and scores (C,); returns the head."""
         from sklearn.linear_model import LogisticRegression
 
-        p = (np.asarray(y, np.float64) + 1) / 2
+        p = to_pass_rate(np.asarray(y, np.float64), "pm1")
         self.constant_ = None
         if self.hard:
             label = (y >= 0).astype(np.int64)

@@ -15,6 +15,7 @@ import numpy as np
 
 from v05._types import FloatArray
 from v05.priors.base import auc_score
+from v05.rewards import to_pass_rate
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +70,7 @@ def prior_metrics(pred: FloatArray, score: FloatArray, snapshot: np.ndarray, ste
     err = pred - score
     var = float(np.var(pred))
     slope = float(np.cov(pred, score, bias=True)[0, 1] / var) if var > 1e-12 else float("nan")
-    prob = (pred + 1) / 2
+    prob = to_pass_rate(pred, "pm1")
     return PriorMetrics(
         mse=float(np.mean(err**2)),
         mae=float(np.mean(np.abs(err))),

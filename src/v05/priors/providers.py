@@ -25,6 +25,7 @@ from v05._checks import as_real, check_int, check_positive
 from v05._types import FloatArray
 from v05.allocation.posterior import BetaHistory, Decay
 from v05.priors.base import TAU2_FLOOR, Calibration, PriorPrediction, calibrate
+from v05.rewards import to_pass_rate
 
 log = logging.getLogger(__name__)
 
@@ -265,7 +266,7 @@ class BaseProvider:
 
     def _update_history(self, ids: list[str], scores: FloatArray, counts: FloatArray, policy: str) -> None:
         hist = self.history_.get(policy, BetaHistory.empty())
-        successes = (scores + 1) / 2 * counts
+        successes = to_pass_rate(scores, "pm1") * counts
         uniq, first = np.unique(np.asarray(ids), return_index=True)
         if len(uniq) != len(ids):  # several groups of one prompt in a step: pool them
             inv = np.unique(np.asarray(ids), return_inverse=True)[1]

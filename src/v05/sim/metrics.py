@@ -27,6 +27,7 @@ import numpy as np
 from v05._types import BoolArray, FloatArray, IntArray
 from v05.estimators import Estimate
 from v05.groups import segment_count, segment_sum
+from v05.rewards import to_pass_rate
 
 ZERO_ADV_TOL = 1e-12
 """|A| below this counts as a zero advantage."""
@@ -34,7 +35,7 @@ ZERO_ADV_TOL = 1e-12
 
 def binomial_pmf(k: int, mu: FloatArray) -> FloatArray:
     """(P, k + 1) probabilities of x = 0..k successes in k rollouts, p = (μ + 1)/2."""
-    p = (np.asarray(mu, np.float64) + 1.0) / 2.0  # (P,)
+    p = to_pass_rate(np.asarray(mu, np.float64), "pm1")  # (P,)
     x = np.arange(k + 1)
     coef = np.array([comb(k, int(j)) for j in x], np.float64)  # (k+1,)
     return coef[None, :] * p[:, None] ** x[None, :] * (1.0 - p[:, None]) ** (k - x)[None, :]  # (P, k+1)

@@ -37,6 +37,7 @@ from v05.allocation import Allocation, allocate
 from v05.estimators import Estimate
 from v05.estimators.fusion import TAU2_FLOOR
 from v05.registry import get_allocator, get_estimator
+from v05.rewards import to_pass_rate
 from v05.sim.config import K_OPTION, SimConfig
 from v05.sim.metrics import Tally, enumerate_outcomes, group_stats
 from v05.sim.populations import Population
@@ -92,7 +93,7 @@ def _rng(*parts: object) -> np.random.Generator:
 
 
 def _sampler(mu: FloatArray, rng: np.random.Generator):  # noqa: ANN202
-    p = (mu + 1.0) / 2.0
+    p = to_pass_rate(mu, "pm1")
 
     def sample(ids: IntArray, counts: IntArray) -> FloatArray:
         pr = np.repeat(p[ids], counts)

@@ -1,7 +1,8 @@
 """``v05 bench train``, ``matrix`` and ``trl-parity``: throughput against TRL, the evidence grid, runner parity.
 
-- ``train``: rollouts/s of ``v05 train`` and of TRL's ``GRPOTrainer`` on the same tiny policy (the cached SFT warm
-  start), task, prompts per step and k, each side timed over a fixed wall-clock window and the sides interleaved for
+- ``train``: rollouts/s of ``v05 train`` and of TRL's ``GRPOTrainer`` on the same policy (the tiny one from its cached
+  SFT warm start, or ``--policy smollm2``: SmolLM2-135M-Instruct as it comes, optionally with ``--lora``), task,
+  prompts per step and k, each side timed over a fixed wall-clock window and the sides interleaved for
   several rounds in one process (median ratio and its spread); and v05's overhead — prior, allocator and estimator
   time (embeddings cached) as a fraction of step time — for GRPO and for the V0.5 configs.
 - ``matrix``: a declared grid of task settings × methods × seeds at one budget (:mod:`v05.train.matrix`): sample
@@ -36,6 +37,18 @@ UNBOUNDED_STEPS = 1_000_000
 
 MIN_WINDOW_S = 1.0
 """The shortest ``--window-s`` accepted (quote figures from windows of >= 30 s)."""
+
+POLICIES: dict[str, tuple[str, ...]] = {
+    "tiny": (),
+    "smollm2": (
+        "policy.name_or_path=smollm2-135m-instruct",
+        "warmup.enabled=false",
+        "generation.max_new_tokens=16",
+        "train.batch_size=8",
+    ),
+}
+"""``v05 bench train --policy``: overrides applied before the user's. ``smollm2`` is SmolLM2-135M-Instruct as it comes
+(no warm start: throughput does not need one), chat-rendered prompts, 16 new tokens, 8 prompts a step."""
 
 
 def _step_times(rows: list[dict[str, Any]]) -> dict[str, float]:
@@ -87,8 +100,8 @@ def _trl_window(cfg: Any, out: Path, window_s: float) -> Callable[[], dict[str, 
     from v05.train.warmstart import ensure_warm_start, render_all, warm_policy  # noqa: PLC0415
 
     set_cpu_threads(cfg.run.threads)
-    warm = ensure_warm_start(cfg, progress=False)
-    model, tokenizer = load_policy(warm_policy(cfg, warm))
+    policy = warm_policy(cfg, ensure_warm_start(cfg, progress=False)) if cfg.warmup.enabled else cfg.policy
+    model, tokenizer = load_policy(policy)  # what the v05 side trains: the warm start, or the model as it comes
     task = make_task(cfg.task.name, **cfg.task.options)
     pool = list(task.train_prompts())
     texts = render_all(cfg, task, pool, tokenizer)
@@ -118,7 +131,8 @@ def _load_average() -> float | None:
 
 def bench_train(out: Path, *, window_s: float = 30.0, repeats: int = 3,
                 configs: tuple[str, ...] = ("demo-grpo4", "demo-v05", "demo-v05-eb"),
-                overrides: tuple[str, ...] = ()) -> dict[str, Any]:  # fmt: skip
+                overrides: tuple[str, ...] = (), policy: str = "tiny",
+                lora: int | None = None) -> dict[str, Any]:  # fmt: skip
     """Time ``v05 train`` (each config, evals off) against TRL's GRPOTrainer at the first config's batch and k.
 
     Every side trains from the same warm start for a fixed wall-clock window: the steps after its first
@@ -129,10 +143,12 @@ def bench_train(out: Path, *, window_s: float = 30.0, repeats: int = 3,
         ρ_r = (rollouts/s of v05, round r) / (rollouts/s of TRL, round r),   speedup_vs_trl = median_r ρ_r
 
     Rates and overhead shares are medians over rounds too, each with its spread (:func:`v05.timing.spread`). Both
-    use one torch thread, the same tiny policy, the same max new tokens, prompts per step and k.
+    use the same torch threads, policy, max new tokens, prompts per step and k. ``policy`` names the model
+    (:data:`POLICIES`); ``lora`` (a rank) trains a LoRA adapter of that rank (alpha = 2 × rank) on both sides.
 
     Raises:
-        ValueError: ``window_s`` < ``MIN_WINDOW_S``, ``repeats`` < 1 or no configs.
+        ValueError: ``window_s`` < ``MIN_WINDOW_S``, ``repeats`` < 1, no configs, an unknown ``policy`` or a ``lora``
+            rank < 1.
     """
     from v05.train.config import load_config  # noqa: PLC0415
 
@@ -142,9 +158,14 @@ def bench_train(out: Path, *, window_s: float = 30.0, repeats: int = 3,
         raise ValueError(f"repeats must be an integer >= 1, got {repeats!r}")
     if not configs:
         raise ValueError("need at least one config (the first is timed against TRL)")
+    if policy not in POLICIES:
+        raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
+    if lora is not None and (isinstance(lora, bool) or not isinstance(lora, int) or lora < 1):
+        raise ValueError(f"lora must be a rank >= 1, got {lora!r}")
     out.mkdir(parents=True, exist_ok=True)
-    common = [*overrides, f"train.steps={UNBOUNDED_STEPS}", "train.max_rollouts=null", "eval.every=0",
-              "eval.at_start=false", "eval.size=16", "run.progress=false", "run.tensorboard=false",
+    adapter = () if lora is None else (f"policy.lora={{r: {lora}, alpha: {2 * lora}}}",)
+    common = [*POLICIES[policy], *adapter, *overrides, f"train.steps={UNBOUNDED_STEPS}", "train.max_rollouts=null",
+              "eval.every=0", "eval.at_start=false", "eval.size=16", "run.progress=false", "run.tensorboard=false",
               "run.checkpoint_every=0"]  # fmt: skip
     cfgs = {name: load_config(name, common) for name in configs}
     first = cfgs[configs[0]]
@@ -155,6 +176,8 @@ def bench_train(out: Path, *, window_s: float = 30.0, repeats: int = 3,
     rounds = interleave(sides, repeats)  # (repeats,) {side: timing}
     wall_s, load_after = time.perf_counter() - t0, _load_average()
     return _summary(rounds, configs, first) | {
+        "policy": first.policy.name_or_path + (" (SFT warm start)" if first.warmup.enabled else " (as it comes)"),
+        "lora_rank": lora,
         "order": list(sides), "window_s": window_s, "repeats": repeats, "warmup_steps": WARMUP_STEPS,
         "wall_s": wall_s, "load_average_1min": [load_before, load_after],
     }  # fmt: skip
@@ -176,6 +199,8 @@ def _summary(rounds: list[dict[str, dict[str, float]]], configs: tuple[str, ...]
         for name in configs
     }  # fmt: skip
     return {
+        "rollouts_per_s": {"v05": v05.median, "trl": trl.median},
+        "v05_overhead_share": overhead.median,
         "v05_rollouts_per_s": v05.median,
         "trl_rollouts_per_s": trl.median,
         "speedup_vs_trl": speedup.median,
@@ -195,7 +220,6 @@ def _summary(rounds: list[dict[str, dict[str, float]]], configs: tuple[str, ...]
         "batch_prompts": first.train.batch_size,
         "k": _k(first),
         "max_new_tokens": first.generation.max_new_tokens,
-        "policy": "tiny-llama (SFT warm start)",
         "note": "medians over interleaved rounds (spread: min, max, IQR, per-round values); speedup_vs_trl = median "
         "of per-round v05/TRL ratios; v05 overhead = (time/prior + time/estimate) / time/step, time/estimate "
         "includes the allocator",
@@ -215,6 +239,8 @@ def register_benches(bsub: argparse._SubParsersAction) -> None:  # type: ignore[
     tr.add_argument("--repeats", type=int, default=3, help="interleaved rounds (default 3; medians are reported)")
     tr.add_argument("--configs", default="demo-grpo4,demo-v05,demo-v05-eb", help="configs to time (first = vs TRL)")
     tr.add_argument("--json", help="write the results here")
+    tr.add_argument("--policy", default="tiny", help=f"the model: {', '.join(POLICIES)} (default tiny)")
+    tr.add_argument("--lora", type=int, default=None, metavar="RANK", help="train a LoRA adapter of this rank")
     tr.add_argument("overrides", nargs="*", metavar="key=value", help="overrides applied to every config")
     tr.set_defaults(func=_run_train)
     mx = bsub.add_parser(
@@ -228,7 +254,9 @@ def register_benches(bsub: argparse._SubParsersAction) -> None:  # type: ignore[
     mx.add_argument("--out", default=None, help="folder of the cells and the report (default runs/matrix-GRIDNAME)")
     mx.add_argument("--json", help="also write the results JSON here")
     mx.add_argument("--doc", help="write the results page (markdown, e.g. docs/results.md)")
-    mx.add_argument("--readme", help="replace the README's generated results section (between its markers)")
+    mx.add_argument(
+        "--readme", help="replace the generated section between its markers in this file (docs/results-summary.md)"
+    )
     mx.add_argument("--quick", action="store_true", help="the grid's smoke version (quick methods/seeds, tiny runs)")
     mx.add_argument("--workers", type=int, default=1, help="cells trained at once, one process each (default 1)")
     mx.add_argument("--tasks", default="", help="only these task settings (comma-separated): run the grid in parts")
@@ -261,7 +289,7 @@ def _run_train(args: argparse.Namespace) -> int:
     require_trainer()
     configs = tuple(c for c in args.configs.split(",") if c)
     res = bench_train(Path(args.out), window_s=args.window_s, repeats=args.repeats, configs=configs,
-                      overrides=tuple(args.overrides))  # fmt: skip
+                      overrides=tuple(args.overrides), policy=args.policy, lora=args.lora)  # fmt: skip
     print(json.dumps({k: v for k, v in res.items() if k not in ("configs", "trl")}, indent=2))  # the CLI's output
     for name, row in res["configs"].items():
         rate = row["spread"]["rollouts_per_s"]

@@ -59,6 +59,7 @@ __all__ = [
     "looks_local",
     "merged_policy",
     "resolve_device",
+    "cpu_has_native_bf16",
     "resolve_dtype",
     "save_policy",
     "set_cpu_threads",
@@ -175,7 +176,9 @@ class PolicyConfig:
     max_position_embeddings: int = 128
     """Tiny model only: longest prompt + response, in characters (incl. ``<bos>``)."""
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
-    """Parameter dtype; ``"auto"`` is bfloat16 on CUDA and float32 on CPU."""
+    """Parameter dtype; ``"auto"`` is bfloat16 on CUDA; on CPU bfloat16 for a LoRA policy's frozen base where the CPU
+    computes bf16 natively (AMX or AVX512-BF16; the adapter stays float32), float32 otherwise: a full fine-tune keeps
+    float32 weights on CPU, since bf16 weights drop updates below their 8-bit mantissa (``bfloat16`` forces it)."""
     device: str = "auto"
     """Torch device string (``"cpu"``, ``"cuda"``, ``"cuda:1"``); ``"auto"`` is CUDA when available, else CPU."""
     trust_remote_code: bool = False
@@ -225,10 +228,23 @@ def resolve_device(device: str) -> torch.device:
     return out
 
 
-def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    """Return the torch dtype for a ``PolicyConfig.dtype`` string (``"auto"``: bfloat16 on CUDA, float32 elsewhere)."""
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU multiplies bfloat16 in hardware (AMX-BF16 or AVX512-BF16; torch's own capability probe)."""
+    caps = torch.cpu.get_capabilities()
+    return bool(caps.get("amx_bf16") or caps.get("avx512_bf16"))
+
+
+def resolve_dtype(dtype: str, device: torch.device, *, lora: bool = False) -> torch.dtype:
+    """Return the torch dtype for a ``PolicyConfig.dtype`` string.
+
+    ``"auto"``: bfloat16 on CUDA; on CPU bfloat16 for a LoRA policy (``lora``: the frozen base only; peft keeps the
+    adapter in float32) when :func:`cpu_has_native_bf16`, else float32. Measured on a 2-core AMX machine, SmolLM2-135M
+    with a rank-8 adapter: a forward + backward of 16 × 45 tokens takes 2.5–3 s in bf16 against 4.4–6.7 s in float32.
+    """
     if dtype == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
+        if device.type == "cuda":
+            return torch.bfloat16
+        return torch.bfloat16 if device.type == "cpu" and lora and cpu_has_native_bf16() else torch.float32
     return DTYPES[dtype]
 
 
@@ -250,7 +266,7 @@ def load_policy(config: PolicyConfig) -> tuple[PreTrainedModel, PreTrainedTokeni
             package (the message says how to install it).
     """
     device = resolve_device(config.device)
-    dtype = resolve_dtype(config.dtype, device)
+    dtype = resolve_dtype(config.dtype, device, lora=config.lora is not None)
     if config.name_or_path == TINY_NAME:
         tokenizer: PreTrainedTokenizerBase = build_char_tokenizer()
         model: PreTrainedModel = _build_tiny_model(config, tokenizer)
