@@ -2,7 +2,8 @@
 
 One ``v05 train`` run of a tiny random policy (no warm start: the prior machinery is what is soaked, not learning)
 over a pool of 20,000 arithmetic prompts, 2 prompts × 2 rollouts a step, checkpoints every half run. Writes its
-measurements as JSON: resident memory (``/proc/self/statm``) and step time along the run, the checkpoints' state.json
+measurements as JSON: resident memory (``/proc/self/statm``), step wall time (the loop's ``time/step``) and the
+process's CPU time from one logged step to the next along the run, the checkpoints' state.json
 sizes, and the sizes of the prior's buffers in the final state.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -41,11 +43,15 @@ def overrides(prior: str, steps: int) -> list[str]:
 
 def main(prior: str, out: Path, run_dir: Path, steps: int) -> None:
     torch.set_num_threads(1)
-    rss, times = [], []
+    rss, times, cpu = [], [], []
+    last = [time.process_time()]
 
     def log(row: dict) -> None:
         rss.append(rss_mib())
         times.append(row["time/step"])
+        now = time.process_time()  # this process's CPU time: what another process's load does not inflate
+        cpu.append(now - last[0])
+        last[0] = now
 
     train(load_config(None, overrides(prior, steps)), run_dir, log=log)
     ckpts = sorted((run_dir / "checkpoints").glob("step_*"))
@@ -57,7 +63,7 @@ def main(prior: str, out: Path, run_dir: Path, steps: int) -> None:
         sizes["buffer_rows"] = sum(len(b["scores"]) for b in prov["buffers"].values())
         sizes["buffer_capacity"] = sum(int(b["capacity"]) for b in prov["buffers"].values())
     out.write_text(json.dumps({
-        "prior": prior, "steps": len(times), "rss_mib": rss, "step_s": times,
+        "prior": prior, "steps": len(times), "rss_mib": rss, "step_s": times, "step_cpu_s": cpu,
         "state_bytes": {c.name: (c / "state.json").stat().st_size for c in ckpts}, "sizes": sizes,
         "prompts_sampled": len(times) * 2, "pool": POOL,
     }))  # fmt: skip

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from v05.train import policy as policy_mod
 from v05.train.config import load_config
 from v05.train.loop import _optimizer
-from v05.train import policy as policy_mod
 from v05.train.policy import LoraConfig, PolicyConfig, load_policy, merged_policy, resolve_dtype
 
 
