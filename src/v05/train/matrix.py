@@ -1701,7 +1701,13 @@ def results_markdown(grid: Grid, results: dict[str, Any], meta: dict[str, Any]) 
                 if rec is None
                 else f"Pick: `{rec['method']}` at `{rec['setting']}` (mean tuning score {rec['score_mean']:.3f}; "
                 + ", ".join(f"{t} {v:.3f}" for t, v in rec["scores"].items())
-                + "). The packaged config `v05-recommended` is this method at this setting."
+                + ")"
+                + (
+                    f"; provisional: {len(rec['scores'])} of the grid's {len(grid.tasks)} task settings"
+                    if len(rec["scores"]) < len(grid.tasks)
+                    else ""
+                )
+                + ". `--recommended FILE` writes it as a config (the packaged `v05-recommended` changes only then)."
             ),
             "",
         ]
