@@ -238,8 +238,7 @@ def resolve_dtype(dtype: str, device: torch.device, *, lora: bool = False) -> to
     """Return the torch dtype for a ``PolicyConfig.dtype`` string.
 
     ``"auto"``: bfloat16 on CUDA; on CPU bfloat16 for a LoRA policy (``lora``: the frozen base only; peft keeps the
-    adapter in float32) when :func:`cpu_has_native_bf16`, else float32. Measured on a 2-core AMX machine, SmolLM2-135M
-    with a rank-8 adapter: a forward + backward of 16 × 45 tokens takes 2.5–3 s in bf16 against 4.4–6.7 s in float32.
+    adapter in float32) when :func:`cpu_has_native_bf16`, else float32 (the timing: ``benchmarks/bench_lora_dtype.py``).
     """
     if dtype == "auto":
         if device.type == "cuda":
