@@ -92,7 +92,8 @@ def test_bind_gives_each_estimator_exactly_the_context_it_takes():
     for name, spec in ESTIMATORS.items():
         user = {"eps": 0.5} if "eps" in spec.options else {}
         kw = spec.bind(user, n0="N", step=7, **context)
-        takes = {"prior": spec.uses_prior, "state": spec.stateful, "prompt_ids": spec.keyed,
+        keys = spec.keyed or "prompt_ids" in spec.options  # required, or optional (v05_eb's revisit pairs)
+        takes = {"prior": spec.uses_prior, "state": spec.stateful, "prompt_ids": keys,
                  "mu": spec.needs_truth, "values": spec.needs_values}  # fmt: skip
         assert {k for k in context if k in kw} == {k for k, t in takes.items() if t}, name
         assert all(kw[k] == v for k, v in context.items() if k in kw)

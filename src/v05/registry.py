@@ -82,14 +82,16 @@ class EstimatorSpec:
 
         The one place where a runner's context meets an estimator (the trainer, both adapters, the simulator and
         the bench call it): ``prior`` when it fuses one (``uses_prior``), ``state`` when ``stateful`` (None: a fresh
-        state), ``prompt_ids`` when ``keyed``, ``mu`` when it ``needs_truth``, ``values`` when it ``needs_values``,
-        ``step`` when it has a ``step`` option (and one is given), and a provider's pseudo-count ``n0`` when it has an
-        ``n0`` option, one is given and ``options`` does not fix it. Context names are never user options
+        state), ``prompt_ids`` when ``keyed`` (or given, when it has a ``prompt_ids`` option), ``mu`` when it
+        ``needs_truth``, ``values`` when it ``needs_values``, ``step`` when it has a ``step`` option (and one is
+        given), and a provider's pseudo-count ``n0`` when it has an ``n0`` option, one is given and ``options`` does
+        not fix it. Context names are never user options
         (:data:`CONTEXT_OPTIONS`; the runners refuse them when a config is built).
         """
         kw = dict(options or {})
+        keys = self.keyed or (prompt_ids is not None and "prompt_ids" in self.options)
         for name, takes, value in (("prior", self.uses_prior, prior), ("state", self.stateful, state),
-                                   ("prompt_ids", self.keyed, prompt_ids), ("mu", self.needs_truth, mu),
+                                   ("prompt_ids", keys, prompt_ids), ("mu", self.needs_truth, mu),
                                    ("values", self.needs_values, values)):  # fmt: skip
             if takes:
                 kw[name] = value

@@ -1,3 +1,5 @@
+import json
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -6,7 +8,9 @@ from tests._oracles import eb_loop, v05_loop
 from tests.strategies import ragged_batches
 from v05.baselines import eb_guard_pvalue
 from v05.estimators import PriorErrorState, dbb, v05, v05_eb
-from v05.estimators.fusion import TAU2_FLOOR, prior_error_stats
+from v05.estimators.fusion import REVISIT_WINDOW, TAU2_FLOOR, RevisitPairs, prior_error_stats
+from v05.registry import ESTIMATORS
+from v05.train.state import state_from_json, state_to_json
 from v05.groups import segment_count, segment_mean
 
 
@@ -248,3 +252,83 @@ def test_at_k1_the_prior_error_is_not_identified_and_the_estimate_sits_at_the_fl
     # at k = 1 the fusion is the scaled r − V whatever n0: only the step size changes
     est = v05_eb(r[:8, 0], np.arange(8), prior=v[:8], tau2=0.1)
     np.testing.assert_allclose(est.advantages, est.n0[0] / (est.n0[0] + 1) * (r[:8, 0] - v[:8]))
+
+
+def _revisit_run(tau2_from, *, steps=120, per_step=64, pool=400, seed=0, window=None):
+    """Simulated truth for ``tau2_from``: a calibrated prior (E[μ | V] = V, Var(μ − V) = 0.1, fixed policy), one
+    rollout per prompt, ``per_step`` prompts drawn from ``pool`` each step (≈ 19 visits per prompt at the defaults)."""
+    rng = np.random.default_rng(seed)
+    v = rng.uniform(-0.4, 0.4, pool)
+    mu = v + rng.uniform(-0.5477, 0.5477, pool)
+    state = None if window is None else PriorErrorState(revisits=RevisitPairs(window=window))
+    for _ in range(steps):
+        ids = rng.choice(pool, per_step, replace=False)
+        r = np.where(rng.random(per_step) < (1 + mu[ids]) / 2, 1.0, -1.0)
+        est = v05_eb(r, np.arange(per_step), prior=v[ids], state=state, tau2_from=tau2_from, prompt_ids=ids)
+        state = est.state
+    return state, mu, v
+
+
+def test_v05_eb_revisit_pairs_recover_tau2_and_sigma2_at_k1():
+    """At k = 1 the within-group estimate sits at the floor (previous test); pairs of visits to the same prompt
+    recover the simulated τ² = 0.1 and σ̄² = E[1 − μ²], so n0 comes out near its true value σ̄²/τ² (≈ 8, not ≈ 90)."""
+    state, mu, v = _revisit_run("revisits")
+    assert state.revisits is not None and state.revisits.ready()
+    assert state.revisits.n_pairs == REVISIT_WINDOW
+    true_tau2, true_sigma2 = float(np.mean((mu - v) ** 2)), float(np.mean(1 - mu**2))
+    assert state.tau2() == pytest.approx(true_tau2, abs=0.1)  # the default window: SE ≈ 0.03
+    assert state.n0() == pytest.approx(true_sigma2 / true_tau2, rel=0.6)
+    # a long window pins both down: SE ≈ 0.01 (E[μ²] instead of the residuals' product would read ≈ 0.15)
+    long, _, _ = _revisit_run("revisits", steps=400, window=30_000)
+    assert long.revisits.n_pairs > 20_000
+    assert long.tau2() == pytest.approx(true_tau2, abs=0.025)
+    assert long.sigma2() == pytest.approx(true_sigma2, abs=0.025)
+    true_n0 = true_sigma2 / true_tau2
+    floored, _, _ = _revisit_run("groups")
+    assert floored.revisits is None and floored.tau2() == TAU2_FLOOR and floored.n0() > 5 * true_n0
+
+
+def test_revisit_pairs_are_the_product_of_both_visits_residuals():
+    """Hand values: prompt 7 seen with (v̄, V) = (1, 0.2) then (−1, −0.5): one pair, err = 0.8·(−0.5), sq = −1."""
+    pairs = RevisitPairs(min_pairs=1).push([7, 3], np.array([1.0, -1.0]), np.array([0.2, 0.0]))
+    assert pairs.n_pairs == 0 and not pairs.ready()
+    pairs = pairs.push(np.array([7]), np.array([-1.0]), np.array([-0.5]))
+    assert pairs.err == (pytest.approx(0.8 * -0.5),) and pairs.sq == (-1.0,)
+    assert pairs.tau2() == pytest.approx(-0.4) and pairs.sigma2() == 1.0  # 1 − (−1) clipped to 1
+    state = PriorErrorState(revisits=pairs)
+    assert state.tau2() == TAU2_FLOOR  # a negative τ̂² is floored like the within-group one
+
+
+def test_v05_eb_revisits_never_use_this_batch_and_round_trip_checkpoints():
+    """n0 comes from the state before this batch (so the LOO form stays unbiased); the state's JSON keeps integer
+    and string keys apart and a state without revisits keeps its old layout."""
+    state, _, v = _revisit_run("revisits", steps=60)
+    ids = np.arange(8)
+    a = v05_eb(np.ones(8), np.arange(8), prior=v[:8], state=state, tau2_from="revisits", prompt_ids=ids, loo=True)
+    b = v05_eb(-np.ones(8), np.arange(8), prior=v[:8], state=state, tau2_from="revisits", prompt_ids=ids, loo=True)
+    np.testing.assert_array_equal(a.n0, b.n0)
+    np.testing.assert_allclose(a.n0, state.n0())
+    assert a.state.revisits.n_pairs > state.revisits.n_pairs or state.revisits.n_pairs == REVISIT_WINDOW
+    back = state_from_json(json.loads(json.dumps(state_to_json(a.state))))
+    assert back == a.state
+    mixed = RevisitPairs().push(np.array(["p1", 2], dtype=object), np.array([0.5, -0.5]), np.array([0.0, 0.1]))
+    assert [k for k, _, _ in RevisitPairs.from_dict(json.loads(json.dumps(mixed.to_dict()))).last] == ["p1", 2]
+    assert "revisits" not in PriorErrorState().push(1.0, 1.0, 1.0, 1).to_dict()
+
+
+def test_v05_eb_revisits_need_prompt_ids_and_a_known_source():
+    with pytest.raises(ValueError, match="prompt_ids"):
+        v05_eb([1.0], [0], prior=[0.0], tau2_from="revisits")
+    with pytest.raises(ValueError, match="unknown tau2_from"):
+        v05_eb([1.0], [0], prior=[0.0], tau2_from="pairs", prompt_ids=[0])
+    with pytest.raises(ValueError, match="one key per group"):
+        v05_eb([1.0, 1.0], [0, 1], prior=[0.0, 0.0], tau2_from="revisits", prompt_ids=[0])
+
+
+def test_registry_binds_prompt_ids_to_v05_eb_revisits():
+    """The runners' one binding passes prompt_ids to an estimator with a prompt_ids option when they have them."""
+    spec = ESTIMATORS["v05_eb"]
+    kw = spec.bind({"tau2_from": "revisits"}, prior=np.zeros(2), prompt_ids=np.array([4, 5]))
+    est = spec.fn(np.array([1.0, -1.0]), np.arange(2), reward_range="pm1", **kw)
+    assert [k for k, _, _ in est.state.revisits.last] == [4, 5]
+    assert "prompt_ids" not in spec.bind({}, prior=np.zeros(2))

@@ -9,6 +9,7 @@ Deviations: the paper's OSLA and test are as SPEC §3.1–3.3 reconstructs them;
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -66,6 +67,125 @@ TAU2_FLOOR = 1e-2
 """Smallest prior error variance τ̂² any estimate reports (``v05_eb`` and provider calibration alike): with the
 default window of 256 groups at k = 4 the standard error of τ̂² is ≈ 0.01, so smaller values are not resolved."""
 
+REVISIT_WINDOW = 1024
+"""Revisit pairs :class:`RevisitPairs` keeps (the most recent): the standard error of τ̂² from 1,024 pairs of ±1
+residuals is ≈ 0.03 at pass rates near 50 %."""
+
+REVISIT_MIN_PAIRS = 256
+"""Pairs :class:`RevisitPairs` needs before it replaces the within-group estimate."""
+
+REVISIT_PROMPTS = 65536
+"""Prompts whose last visit :class:`RevisitPairs` remembers (the least recently visited are forgotten)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RevisitPairs:
+    r"""The prior's error and the pass rate's second moment from prompts seen at two steps (±1 space).
+
+    A prompt visited at steps s < t, with group means v̄_s, v̄_t and priors V_s, V_t, gives one pair:
+
+        τ̂² = mean (v̄_s − V_s)(v̄_t − V_t),   σ̄² = 1 − mean v̄_s·v̄_t
+
+    Given the prompt's pass rate μ, the two visits' sampling noises are independent with mean 0, so the products are
+    unbiased for E[(μ − V)²] = τ² and E[μ²] = 1 − σ̄² at *every* k, k = 1 included, where the within-group estimate
+    (:func:`prior_error_stats`) has no variance estimate and its plug-in 1 − V² cancels the error it should measure:
+    E[(r − V)² − (1 − V²)] = 2·E[V(V − μ)], which is 0 for a calibrated prior whatever τ² is.
+    Bias: μ and V move between the visits (the policy trains, a learned prior refits); the pairs measure the error's
+    covariance across that gap, below τ² when the policy's change is not what the prior tracks (so n0 is too large).
+    Degenerate cases: a pool seen once (a fresh pool) gives no pairs and :meth:`ready` stays False; prompt keys must
+    be stable across steps (the trainer's and adapters' ``prompt_ids``).
+
+    Attributes:
+        window: pairs kept (the most recent).
+        min_pairs: pairs needed before :meth:`ready`.
+        last: per remembered prompt key, (v̄, V) at its last visit, least recent first (at most REVISIT_PROMPTS).
+        err: per pair, (v̄_s − V_s)(v̄_t − V_t).
+        sq: per pair, v̄_s·v̄_t.
+    """
+
+    window: int = REVISIT_WINDOW
+    min_pairs: int = REVISIT_MIN_PAIRS
+    last: tuple[tuple[int | str, float, float], ...] = ()
+    err: tuple[float, ...] = ()
+    sq: tuple[float, ...] = ()
+
+    def __post_init__(self) -> None:
+        check_int(self.window, "RevisitPairs.window", 1)
+        check_int(self.min_pairs, "RevisitPairs.min_pairs", 1)
+        if len(self.err) != len(self.sq):
+            raise ValueError(f"RevisitPairs.err and .sq must pair up, got {len(self.err)} and {len(self.sq)} entries")
+        for name, values, bound in (("err", self.err, 4.0), ("sq", self.sq, 1.0),
+                                    ("last", [x for _, m, v in self.last for x in (m, v)], 1.0)):  # fmt: skip
+            if not all(isinstance(x, float) and abs(x) <= bound + 1e-9 for x in values):
+                raise ValueError(f"RevisitPairs.{name} must hold ±1-space values within ±{bound:g}")
+
+    @property
+    def n_pairs(self) -> int:
+        """Pairs behind the current estimate."""
+        return len(self.err)
+
+    def ready(self) -> bool:
+        """At least ``min_pairs`` pairs."""
+        return self.n_pairs >= self.min_pairs
+
+    def tau2(self) -> float:
+        """τ̂² = mean (v̄_s − V_s)(v̄_t − V_t) (may be negative by noise; the caller floors it)."""
+        return float(np.mean(self.err)) if self.err else float("nan")
+
+    def sigma2(self) -> float:
+        """σ̄² = 1 − mean v̄_s·v̄_t, clipped to [0, 1]."""
+        return min(max(1.0 - float(np.mean(self.sq)), 0.0), 1.0) if self.sq else float("nan")
+
+    def push(self, prompt_ids: object, vbar_g: FloatArray, prior_g: FloatArray) -> RevisitPairs:
+        """Pair this step's groups with their prompts' previous visits, then remember this visit.
+
+        A prompt that appears in several groups of one step pairs each with the previous step's visit only.
+        """
+        keys = [_key(k) for k in np.asarray(prompt_ids, dtype=object).reshape(-1)]
+        if len(keys) != len(vbar_g):
+            raise ValueError(f"prompt_ids must hold one key per group ({len(vbar_g)}), got {len(keys)}")
+        last = {k: (m, v) for k, m, v in self.last}
+        err, sq = list(self.err), list(self.sq)
+        for key, m, v in zip(keys, vbar_g.tolist(), prior_g.tolist(), strict=True):
+            if key in last:
+                m0, v0 = last[key]
+                err.append((m0 - v0) * (m - v))
+                sq.append(m0 * m)
+        for key, m, v in zip(keys, vbar_g.tolist(), prior_g.tolist(), strict=True):
+            last.pop(key, None)  # re-inserted: the dict's order is the visits' recency
+            last[key] = (float(m), float(v))
+        kept = list(last.items())[-REVISIT_PROMPTS:]
+        return RevisitPairs(
+            self.window, self.min_pairs, tuple((k, m, v) for k, (m, v) in kept),
+            tuple(err[-self.window:]), tuple(sq[-self.window:]),
+        )  # fmt: skip
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-serialisable form (keys keep their type: integers stay integers)."""
+        return {"window": self.window, "min_pairs": self.min_pairs, "last": [list(t) for t in self.last],
+                "err": self.err, "sq": self.sq}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, d: dict[str, object]) -> RevisitPairs:
+        """Inverse of :meth:`to_dict`.
+
+        Raises:
+            ValueError: a missing key or a value :meth:`to_dict` cannot have written.
+        """
+        try:
+            last = tuple((_key(k), float(m), float(v)) for k, m, v in d["last"])  # type: ignore[attr-defined]
+            return cls(int(d["window"]), int(d["min_pairs"]), last,  # type: ignore[call-overload]
+                       tuple(float(x) for x in d["err"]), tuple(float(x) for x in d["sq"]))  # type: ignore[attr-defined]
+        except (KeyError, TypeError, OverflowError) as err:
+            raise ValueError(f"not a RevisitPairs dict ({type(err).__name__}: {err})") from None
+
+
+def _key(k: object) -> int | str:
+    """A prompt key as stored: an integer stays an integer (numpy's too), anything else is its string."""
+    if isinstance(k, (int, np.integer)) and not isinstance(k, bool):
+        return int(k)
+    return str(k)
+
 
 @dataclass(frozen=True, slots=True)
 class PriorErrorState:
@@ -82,6 +202,8 @@ class PriorErrorState:
         noise: per-step Σ s²_g / k_g.
         var: per-step Σ s²_g.
         count: per-step number of groups.
+        revisits: prompts seen at two steps (``v05_eb(tau2_from="revisits")``); once :meth:`RevisitPairs.ready`,
+            :meth:`tau2` and :meth:`sigma2` read them instead of the within-group sums. None: not kept.
     """
 
     window: int = 256
@@ -89,6 +211,7 @@ class PriorErrorState:
     noise: tuple[float, ...] = ()
     var: tuple[float, ...] = ()
     count: tuple[int, ...] = ()
+    revisits: RevisitPairs | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.window, bool) or not isinstance(self.window, (int, np.integer)) or self.window < 1:
@@ -104,6 +227,8 @@ class PriorErrorState:
                 ok = not isinstance(v, bool) and isinstance(v, kinds)
                 if not (ok and v >= 0 and (name == "count" or np.isfinite(float(v)))):
                     raise ValueError(f"PriorErrorState.{name} must hold finite numbers >= 0, got {v!r}")
+        if self.revisits is not None and not isinstance(self.revisits, RevisitPairs):
+            raise ValueError(f"PriorErrorState.revisits must be RevisitPairs or None, got {type(self.revisits).__name__}")
 
     @property
     def n_groups(self) -> int:
@@ -121,15 +246,26 @@ class PriorErrorState:
             (*self.noise, float(noise))[-keep:],
             (*self.var, float(var))[-keep:],
             counts[-keep:],
+            self.revisits,
         )
 
     def tau2(self, floor: float = TAU2_FLOOR) -> float:
-        """τ̂² = (Σ (v̄ − V)² − Σ s²/k) / #groups, clipped at ``floor`` (the prior's error variance)."""
+        """τ̂² = (Σ (v̄ − V)² − Σ s²/k) / #groups, clipped at ``floor`` (the prior's error variance).
+
+        From the revisit pairs instead once they are ready (:class:`RevisitPairs`, the same floor).
+        """
+        if self.revisits is not None and self.revisits.ready():
+            return max(self.revisits.tau2(), floor)
         n = self.n_groups
         return floor if n == 0 else max((sum(self.d2) - sum(self.noise)) / n, floor)
 
     def sigma2(self) -> float:
-        """σ̄² = mean s², an unbiased estimate of E[Var(r | prompt)] (= E[1 − μ²] for ±1 rewards); 1 if empty."""
+        """σ̄² = mean s², an unbiased estimate of E[Var(r | prompt)] (= E[1 − μ²] for ±1 rewards); 1 if empty.
+
+        From the revisit pairs instead once they are ready (σ̄² = 1 − mean v̄_s·v̄_t, :class:`RevisitPairs`).
+        """
+        if self.revisits is not None and self.revisits.ready():
+            return self.revisits.sigma2()
         n = self.n_groups
         return 1.0 if n == 0 else sum(self.var) / n
 
@@ -138,8 +274,12 @@ class PriorErrorState:
         return self.sigma2() / self.tau2(floor)
 
     def to_dict(self) -> dict[str, object]:
-        """JSON-serialisable form (for checkpoints)."""
-        return {"window": self.window, "d2": self.d2, "noise": self.noise, "var": self.var, "count": self.count}
+        """JSON-serialisable form (for checkpoints; ``revisits`` only when kept, so older checkpoints read back)."""
+        out: dict[str, object] = {"window": self.window, "d2": self.d2, "noise": self.noise, "var": self.var,
+                                  "count": self.count}  # fmt: skip
+        if self.revisits is not None:
+            out["revisits"] = self.revisits.to_dict()
+        return out
 
     @classmethod
     def from_dict(cls, d: dict[str, object]) -> PriorErrorState:
@@ -155,6 +295,7 @@ class PriorErrorState:
                 tuple(float(x) for x in d["noise"]),  # type: ignore[attr-defined]
                 tuple(float(x) for x in d["var"]),  # type: ignore[attr-defined]
                 tuple(_whole(x) for x in d["count"]),  # type: ignore[attr-defined]
+                None if d.get("revisits") is None else RevisitPairs.from_dict(d["revisits"]),  # type: ignore[arg-type]
             )
         except (KeyError, TypeError, OverflowError) as err:
             raise ValueError(f"not a PriorErrorState dict ({type(err).__name__}: {err})") from None
@@ -202,6 +343,8 @@ def v05_eb(
     tau2_floor: float = TAU2_FLOOR,
     guard_level: float | None = None,
     loo: bool = False,
+    tau2_from: str = "groups",
+    prompt_ids: object = None,
 ) -> Estimate:
     r"""Empirical-Bayes fusion: the prior counts as n0 extra rollouts, n0 from the prior's measured error.
 
@@ -229,6 +372,12 @@ def v05_eb(
     :func:`prior_error_stats`; biased when V is); LOO with n0 = 0 and k = 1 gives b = r_i (A = 0).
     Scaling: ``scale="group_std"`` is refused (an all-equal group, which the prior gives signal, has std 0).
 
+    Where τ² and σ̄² come from (``tau2_from``): ``"groups"`` (default) the within-group sums above; ``"revisits"``
+    pairs of visits to the same prompt at two steps (:class:`RevisitPairs`; needs ``prompt_ids`` (G,), stable keys),
+    unbiased at k = 1 too, where the within-group estimate floors τ̂² and n0 is σ̄²/floor by construction rather
+    than by evidence. Until ``REVISIT_MIN_PAIRS`` pairs exist the within-group sums are used; a fresh pool never
+    gets there. This batch's pairs enter the returned state only, so n0 never depends on this batch's rewards.
+
     References: ours (SPEC §3.4); the pseudo-count view of a Beta prior; the V0.5 test as guard (arXiv:2603.10848).
     """
     check_prior_scale(scale, "v05_eb")
@@ -238,6 +387,10 @@ def v05_eb(
     if tau2 is not None:
         check_positive(tau2, "tau2")
     check_int(min_groups, "min_groups", 0)
+    if tau2_from not in ("groups", "revisits"):
+        raise ValueError(f"unknown tau2_from {tau2_from!r}; valid: groups, revisits")
+    if tau2_from == "revisits" and prompt_ids is None:
+        raise ValueError("v05_eb(tau2_from='revisits') pairs visits to the same prompt: pass prompt_ids=(G,) stable keys")
     if state is not None and not isinstance(state, PriorErrorState):
         raise ValueError(f"v05_eb state must be the PriorErrorState it returned (or None), got {type(state).__name__}")
     b = prepare(rewards, group, prior=prior, reward_range=reward_range)
@@ -248,6 +401,8 @@ def v05_eb(
     var_g = np.nan_to_num(segment_var(r_pm1, b.group, ddof=1, n_g=b.n_g, mean_g=vbar_g))  # (G,) nan → 0 at k = 1
     step_stats = prior_error_stats(vbar_g, prior_g, var_g, k_g)
     state_in = state if state is not None else PriorErrorState()
+    if tau2_from == "revisits" and state_in.revisits is None:
+        state_in = dataclasses.replace(state_in, revisits=RevisitPairs())
     ready = state_in.n_groups >= min_groups
     if n0 is not None:
         try:
@@ -291,7 +446,10 @@ def v05_eb(
     k_eff = k_g - 1.0 if loo else k_g  # the LOO baseline of a rollout rests on k − 1 rollouts
     with np.errstate(invalid="ignore", divide="ignore"):
         weight = np.where(k_eff + n0_g > 0, k_eff / (k_eff + n0_g), 1.0)
-    return Estimate(adv, base, weight=weight, reject=reject, state=state_in.push(*step_stats), n0=n0_g)
+    state_out = state_in.push(*step_stats)
+    if tau2_from == "revisits":
+        state_out = dataclasses.replace(state_out, revisits=state_in.revisits.push(prompt_ids, vbar_g, prior_g))  # type: ignore[union-attr]
+    return Estimate(adv, base, weight=weight, reject=reject, state=state_out, n0=n0_g)
 
 
-__all__ = ["TAU2_FLOOR", "PriorErrorState", "prior_error_stats", "v05", "v05_eb"]
+__all__ = ["REVISIT_MIN_PAIRS", "REVISIT_WINDOW", "TAU2_FLOOR", "PriorErrorState", "RevisitPairs", "prior_error_stats", "v05", "v05_eb"]
