@@ -174,10 +174,11 @@ class RevisitPairs:
         """
         try:
             last = tuple((_key(k), float(m), float(v)) for k, m, v in d["last"])  # type: ignore[attr-defined]
-            return cls(int(d["window"]), int(d["min_pairs"]), last,  # type: ignore[call-overload]
-                       tuple(float(x) for x in d["err"]), tuple(float(x) for x in d["sq"]))  # type: ignore[attr-defined]
-        except (KeyError, TypeError, OverflowError) as err:
-            raise ValueError(f"not a RevisitPairs dict ({type(err).__name__}: {err})") from None
+            err = tuple(float(x) for x in d["err"])  # type: ignore[attr-defined]
+            sq = tuple(float(x) for x in d["sq"])  # type: ignore[attr-defined]
+            return cls(int(d["window"]), int(d["min_pairs"]), last, err, sq)  # type: ignore[call-overload]
+        except (KeyError, TypeError, OverflowError) as exc:
+            raise ValueError(f"not a RevisitPairs dict ({type(exc).__name__}: {exc})") from None
 
 
 def _key(k: object) -> int | str:
@@ -228,7 +229,8 @@ class PriorErrorState:
                 if not (ok and v >= 0 and (name == "count" or np.isfinite(float(v)))):
                     raise ValueError(f"PriorErrorState.{name} must hold finite numbers >= 0, got {v!r}")
         if self.revisits is not None and not isinstance(self.revisits, RevisitPairs):
-            raise ValueError(f"PriorErrorState.revisits must be RevisitPairs or None, got {type(self.revisits).__name__}")
+            kind = type(self.revisits).__name__
+            raise ValueError(f"PriorErrorState.revisits must be RevisitPairs or None, got {kind}")
 
     @property
     def n_groups(self) -> int:
@@ -390,7 +392,7 @@ def v05_eb(
     if tau2_from not in ("groups", "revisits"):
         raise ValueError(f"unknown tau2_from {tau2_from!r}; valid: groups, revisits")
     if tau2_from == "revisits" and prompt_ids is None:
-        raise ValueError("v05_eb(tau2_from='revisits') pairs visits to the same prompt: pass prompt_ids=(G,) stable keys")
+        raise ValueError("v05_eb(tau2_from='revisits') pairs visits to one prompt: pass prompt_ids=(G,) stable keys")
     if state is not None and not isinstance(state, PriorErrorState):
         raise ValueError(f"v05_eb state must be the PriorErrorState it returned (or None), got {type(state).__name__}")
     b = prepare(rewards, group, prior=prior, reward_range=reward_range)
@@ -452,4 +454,13 @@ def v05_eb(
     return Estimate(adv, base, weight=weight, reject=reject, state=state_out, n0=n0_g)
 
 
-__all__ = ["REVISIT_MIN_PAIRS", "REVISIT_WINDOW", "TAU2_FLOOR", "PriorErrorState", "RevisitPairs", "prior_error_stats", "v05", "v05_eb"]
+__all__ = [
+    "REVISIT_MIN_PAIRS",
+    "REVISIT_WINDOW",
+    "TAU2_FLOOR",
+    "PriorErrorState",
+    "RevisitPairs",
+    "prior_error_stats",
+    "v05",
+    "v05_eb",
+]
