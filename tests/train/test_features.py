@@ -11,7 +11,7 @@ from v05.train.features import (
     prompt_features,
     recompute_pass,
 )
-from v05.train.forward import sequence_logprobs
+from v05.engines.logprobs import sequence_logprobs
 from v05.train.policy import PolicyConfig, load_policy
 
 torch.set_num_threads(1)
