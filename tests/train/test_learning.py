@@ -22,8 +22,8 @@ import pytest
 import torch
 
 import v05.train.loop as loop_module
-from v05.train.config import load_config
 from v05.engines.logprobs import sequence_logprobs
+from v05.train.config import load_config
 from v05.train.loop import train
 
 MARGIN = 1e-3
