@@ -261,7 +261,8 @@ def part_priors(args: argparse.Namespace) -> dict:
 
     from v05.datasets import load_v0
     from v05.priors.embeddings import HFEncoderBackend
-    from v05.priors.v0_checkpoint import AdapterConfig, V0AdapterBackend, build_adapter, save_adapter
+    from v05.priors.v0_checkpoint import AdapterConfig, build_adapter, save_adapter
+    from v05.priors.v0_official import V0AdapterBackend
 
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *[chr(c) for c in range(33, 127)]]
     enc = Path(args.work) / "qwen3-encoder"

@@ -10,8 +10,8 @@ import torch
 
 from v05.engines import GenerationConfig, HFEngine
 from v05.engines import vllm as vllm_engine
+from v05.engines.logprobs import sequence_logprobs
 from v05.engines.vllm import VLLMEngine, recompute_old_logp, request_seeds, rollouts_from_outputs
-from v05.train.forward import sequence_logprobs
 from v05.train.policy import PolicyConfig, load_policy
 
 torch.set_num_threads(1)

@@ -3,6 +3,7 @@ import pytest
 import torch
 
 from v05.engines import GenerationConfig, HFEngine, Rollouts
+from v05.engines.logprobs import sequence_logprobs
 from v05.priors.embeddings import Embedder
 from v05.train.features import (
     FeatureConfig,
@@ -11,7 +12,6 @@ from v05.train.features import (
     prompt_features,
     recompute_pass,
 )
-from v05.train.forward import sequence_logprobs
 from v05.train.policy import PolicyConfig, load_policy
 
 torch.set_num_threads(1)

@@ -2,7 +2,7 @@
 
 A spy wraps the ``update_policy`` the loop calls and measures, for the step's kept rollouts, the summed log-probability
 log π(y | x) = Σₜ log π(yₜ | x, y₍<ₜ₎) under the policy just before and just after the update (an independent forward,
-:func:`v05.train.forward.sequence_logprobs`). The expected direction comes from an oracle that never looks at the
+:func:`v05.engines.logprobs.sequence_logprobs`). The expected direction comes from an oracle that never looks at the
 trainer's advantages: the rewards (spied at ``shape_rewards``) and the groups.
 
 Why this is first-order deterministic: with AdamW at β₁ = 0 the step is Δθ = −lr·D·g with a positive diagonal D
@@ -22,8 +22,8 @@ import pytest
 import torch
 
 import v05.train.loop as loop_module
+from v05.engines.logprobs import sequence_logprobs
 from v05.train.config import load_config
-from v05.train.forward import sequence_logprobs
 from v05.train.loop import train
 
 MARGIN = 1e-3

@@ -44,7 +44,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from v05._checks import as_index_1d
 from v05.engines.hf import GenerationConfig, Rollouts, _eos_token_ids, prompt_special_tokens
-from v05.train.forward import sequence_logprobs
+from v05.engines.logprobs import sequence_logprobs
 
 __all__ = [
     "INSTALL_HINT",

@@ -10,6 +10,10 @@ import json
 import logging
 from pathlib import Path
 
+from v05.datasets.v0 import load_v0
+from v05.priors.evaluate import evaluate_v0
+from v05.priors.registry import PROVIDERS
+
 log = logging.getLogger(__name__)
 
 
@@ -55,10 +59,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 def run_eval(args: argparse.Namespace) -> int:
     """Run ``v05 prior eval``; returns 0."""
-    from v05.datasets.v0 import load_v0
-    from v05.priors.evaluate import evaluate_v0
-    from v05.priors.registry import PROVIDERS
-
     providers = [p.strip() for p in args.providers.split(",") if p.strip()]
     unknown = [p for p in providers if p not in PROVIDERS]
     if unknown or not providers:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from v05.datasets.v0 import V0Dataset, V0Rows
+from v05.datasets.v0 import V0Dataset, V0Rows, load_v0
 from v05.priors.backends import make_backend
 from v05.priors.base import PriorPrediction
 from v05.priors.embeddings import Embedder
@@ -269,8 +269,6 @@ def benchmark_throughput(
     Returns:
         ``{"n_prompts", "seconds", "prompts_per_s", "cached_seconds", "cached_prompts_per_s", "load_seconds"}``.
     """
-    from v05.datasets.v0 import load_v0
-
     data = load_v0()
     keys = np.array(sorted(data.prompts))
     rng = np.random.default_rng(seed)

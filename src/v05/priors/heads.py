@@ -23,15 +23,13 @@ import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, Literal, Protocol
+from typing import ClassVar, Protocol
 
 import numpy as np
 
 from v05._checks import error_line
-from v05._types import FloatArray
+from v05._types import FloatArray, HeadOutput
 from v05.rewards import to_pass_rate
-
-HeadOutput = Literal["score", "prob_nonneg"]
 
 
 class Head(Protocol):

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 from rich.console import Console
 
+from v05.datasets.v0 import load_v0
 from v05.registry import ALLOCATORS, ESTIMATORS
 from v05.sim.claims import summarize_claims
 from v05.sim.config import SimConfig
@@ -156,8 +157,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 def build_population(args: argparse.Namespace) -> Population:
     """The population the arguments select (V0 data, bundled or ``--v0-data``, or a synthetic mixture)."""
     if args.population == "v0":
-        from v05.datasets.v0 import load_v0  # noqa: PLC0415
-
         if args.v0_data is not None and not Path(args.v0_data).is_dir():
             raise ValueError(f"--v0-data: directory not found: {args.v0_data}")
         splits = None if args.splits is None else tuple(s.strip() for s in args.splits.split(",") if s.strip())

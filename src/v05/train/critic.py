@@ -26,7 +26,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
-from v05.train.forward import check_sequences
+from v05.engines.logprobs import check_sequences
 from v05.train.loss import AGG_MODES, AggMode, LossNorm, _aggregate, _token_mean
 
 CriticMode = Literal["head", "separate"]

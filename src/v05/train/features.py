@@ -1,7 +1,7 @@
 """POISE's rollout features, read from the policy's own forward: hidden states of one layer and token entropies.
 
 :func:`recompute_pass` is the old-log-prob forward of the trainer with a hook on one decoder layer: the same pass
-returns log π_old (equal to :func:`~v05.train.forward.sequence_logprobs` under ``no_grad``) and, per rollout, the mean
+returns log π_old (equal to ``engines.logprobs.sequence_logprobs`` under ``no_grad``) and, per rollout, the mean
 layer-L state of the last prompt tokens, of the last response tokens, and three entropy summaries (POISE Step A,
 methods-siblings.md §3.2). :func:`prompt_features` is the prompt half alone (one prefill, no rollouts);
 :class:`PolicyFeatureBackend` serves it as an embedder backend, so an in-context prior can use the live policy's
@@ -35,7 +35,8 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from v05._types import FloatArray
 from v05.engines.hf import Rollouts, _eval_mode, prompt_special_tokens
-from v05.train.forward import prefix_rows, sequence_logprobs, shared_prefix_logprobs
+from v05.engines.logprobs import sequence_logprobs
+from v05.train.forward import prefix_rows, shared_prefix_logprobs
 
 __all__ = [
     "FeatureConfig",

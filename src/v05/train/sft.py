@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from v05.engines.hf import prompt_special_tokens
-from v05.train.forward import sequence_logprobs
+from v05.engines.logprobs import sequence_logprobs
 
 __all__ = ["SFTConfig", "SFTResult", "sft_warmup"]
 

@@ -19,6 +19,7 @@ import torch
 from v05._checks import error_line
 from v05.allocation import allocate
 from v05.engines.hf import Rollouts
+from v05.engines.logprobs import sequence_logprobs
 from v05.groups import group_index
 from v05.priors import group_outcomes
 from v05.priors.guard import PriorGuard
@@ -26,7 +27,7 @@ from v05.registry import estimate, get_allocator, get_estimator
 from v05.rewards import from_pm1, to_pm1
 from v05.train.compute import ComputeMeter
 from v05.train.config import TrainConfig
-from v05.train.forward import prefix_rows, sequence_logprobs, shared_prefix_logprobs
+from v05.train.forward import prefix_rows, shared_prefix_logprobs
 from v05.train.loss import loss_norm, overlong_shaping, policy_loss
 from v05.train.schedule import LRSchedule
 

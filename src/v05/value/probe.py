@@ -24,8 +24,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from v05._types import FloatArray
-from v05.priors.heads import HeadOutput
+from v05._types import FloatArray, HeadOutput
 
 
 def _contiguous(obj: object, *names: str) -> None:

@@ -1,0 +1,176 @@
+"""v05's import structure: no import circles between its modules, no arrow running from a lower floor up to a higher.
+
+The graph is read from the source with ``ast`` (nothing is imported): every ``import v05...`` and
+``from v05... import ...`` — at module level, in functions, under ``TYPE_CHECKING`` — and every relative import,
+resolved to the module it loads (``from v05.priors import PROVIDERS`` is the package ``v05/priors/__init__.py``,
+``from v05.train import config`` the module ``v05/train/config.py``). Importing a submodule also runs its parent
+packages' ``__init__``; those implicit arrows are not counted (Python resolves them while the package is initialising,
+so they close no real circle).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+# The floors of the package, lowest first. A module sits on the floor of the first (longest) name below that prefixes
+# it (``v05.priors.heads`` → ``priors``; ``v05`` alone is the package ``__init__``). A module may import from its own
+# floor or any lower one, never from a higher one. A new top-level module or package must be placed here.
+FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("types", ("_types",)),  # array aliases and shared type names: imports nothing of v05
+    ("helpers", ("_checks", "names", "timing", "extras")),  # input checks, the registry helper, timing, extras table
+    ("core", ("groups", "rewards", "baselines", "advantages", "allocation", "estimators", "registry")),  # numpy core
+    ("leaves", ("datasets", "tasks", "report", "value")),  # V0 data, tasks and verifiers, run readers, POISE probe
+    ("priors", ("priors",)),  # prompt-level priors (their heads include value.probe's; they read V0 data)
+    ("sim+engines", ("sim", "engines")),  # the simulator (over priors); the rollout engines (torch)
+    ("train", ("train",)),  # the CPU/GPU trainer
+    ("adapters", ("adapters",)),  # verl and TRL (verl's trainer mode checkpoints with train.state)
+    ("entry", ("bench", "cli", "__main__", "")),  # entry points; "" is the package ``v05/__init__.py``
+)
+
+# Known upward arrows, (importer, imported) → why it is still there. Each entry must still be needed
+# (test_every_allowed_exception_is_still_needed), so a moved file shortens this list.
+ALLOWED_UPWARD: dict[tuple[str, str], str] = {
+    ("v05.train.trl_parity", "v05.adapters.trl"): "the TRL parity check runs TRL's trainer; being moved to the bench",
+    ("v05.train.bench", "v05.adapters.trl"): "the trainer benchmark times TRL against v05; being moved to the bench",
+}
+
+
+def module_files() -> dict[str, tuple[Path, bool]]:
+    """Every module under ``src/v05``: dotted name → (file, is a package ``__init__``)."""
+    modules = {}
+    for path in sorted((SRC / "v05").rglob("*.py")):
+        parts = list(path.relative_to(SRC).with_suffix("").parts)
+        is_package = parts[-1] == "__init__"
+        modules[".".join(parts[:-1] if is_package else parts)] = (path, is_package)
+    return modules
+
+
+def _loaded(name: str, modules: dict) -> str | None:
+    """The v05 module that importing ``name`` loads: itself, or its longest prefix that is a module or package."""
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name if name.split(".")[0] == "v05" else None
+
+
+def import_edges() -> dict[tuple[str, str], list[int]]:
+    """(importer, imported) → line numbers, for every import of one v05 module by another."""
+    modules = module_files()
+    edges: dict[tuple[str, str], list[int]] = {}
+    for name, (path, is_package) in modules.items():
+        package = name if is_package else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            if isinstance(node, ast.Import):
+                targets = [_loaded(alias.name, modules) for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:  # relative: level 1 is this package, each further dot one package up
+                    anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    base = ".".join(anchor + ([node.module] if node.module else []))
+                # ``from pkg import x`` loads the submodule pkg.x when there is one, else the package pkg
+                targets = [_loaded(f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base, modules)
+                           for a in node.names]  # fmt: skip
+            else:
+                continue
+            for target in set(targets) - {None, name}:
+                edges.setdefault((name, target), []).append(node.lineno)
+    return edges
+
+
+def floor_of(module: str) -> int:
+    """Index in FLOORS of the module's floor (ValueError for a module no floor names)."""
+    rest = module.removeprefix("v05").removeprefix(".")
+    best = None
+    for level, (_, prefixes) in enumerate(FLOORS):
+        for prefix in prefixes:
+            matches = rest == prefix or (prefix != "" and rest.startswith(prefix + "."))
+            if matches and (best is None or len(prefix) > best[1]):
+                best = (level, len(prefix))
+    if best is None:
+        raise ValueError(f"{module} is on no floor: add it to FLOORS in {Path(__file__).name}")
+    return best[0]
+
+
+def find_cycle(edges: dict[tuple[str, str], list[int]]) -> list[str] | None:
+    """One import circle as a path ``[a, b, ..., a]``, or None (iterative depth-first search)."""
+    graph: dict[str, list[str]] = {}
+    for a, b in sorted(edges):
+        graph.setdefault(a, []).append(b)
+    state: dict[str, int] = {}  # 1 on the current path, 2 finished
+    for root in sorted(graph):
+        if state.get(root):
+            continue
+        path, stack = [root], [iter(graph.get(root, ()))]
+        state[root] = 1
+        while stack:
+            nxt = next(stack[-1], None)
+            if nxt is None:
+                state[path.pop()] = 2
+                stack.pop()
+            elif state.get(nxt) == 1:
+                return path[path.index(nxt) :] + [nxt]
+            elif not state.get(nxt):
+                state[nxt] = 1
+                path.append(nxt)
+                stack.append(iter(graph.get(nxt, ())))
+    return None
+
+
+def _where(edges: dict[tuple[str, str], list[int]], a: str, b: str) -> str:
+    lines = ", ".join(str(n) for n in sorted(edges[(a, b)]))
+    return f"{a} -> {b} ({module_files()[a][0].relative_to(SRC.parent)}:{lines})"
+
+
+def test_the_graph_sees_top_level_local_and_relative_imports():
+    """The parser finds arrows of every kind it claims to (a parser that saw nothing would pass the tests below)."""
+    edges = import_edges()
+    assert ("v05.priors.head_registry", "v05.value.probe") in edges  # module level, from-import of a module's name
+    assert ("v05.train.loop", "v05.engines.vllm") in edges  # function-local (the optional vLLM engine)
+    assert ("v05", "v05.registry") in edges  # the package __init__ as importer
+    assert ("v05.adapters.verl_trainer", "v05.priors") in edges  # ``from v05.priors import x`` is the package
+    assert len(edges) > 200
+
+
+def test_no_import_circles():
+    """No v05 module imports itself back through others, at module level or in a function."""
+    edges = import_edges()
+    cycle = find_cycle(edges)
+    if cycle is not None:
+        steps = [_where(edges, a, b) for a, b in zip(cycle[:-1], cycle[1:], strict=True)]
+        raise AssertionError("import circle: " + " -> ".join(cycle) + "\n" + "\n".join(steps))
+
+
+def test_every_module_is_on_a_floor():
+    """Each module under src/v05 belongs to one floor of FLOORS (a new package must be placed)."""
+    for module in module_files():
+        floor_of(module)
+
+
+def test_no_import_runs_up_a_floor():
+    """No module imports one on a higher floor (FLOORS), except the named ALLOWED_UPWARD arrows."""
+    edges = import_edges()
+    upward = [
+        f"{_where(edges, a, b)}: floor {FLOORS[floor_of(a)][0]!r} imports floor {FLOORS[floor_of(b)][0]!r}"
+        for a, b in sorted(edges)
+        if floor_of(b) > floor_of(a) and (a, b) not in ALLOWED_UPWARD
+    ]
+    assert not upward, "imports running up a floor (move the shared piece down):\n" + "\n".join(upward)
+
+
+def test_every_allowed_exception_is_still_needed():
+    """Each ALLOWED_UPWARD entry is still an upward import: once its file moves, the entry must go too."""
+    edges = import_edges()
+    stale = [pair for pair in ALLOWED_UPWARD if pair not in edges or floor_of(pair[1]) <= floor_of(pair[0])]
+    assert not stale, f"ALLOWED_UPWARD entries no longer needed, remove them: {stale}"
+
+
+def test_find_cycle_reports_the_circle_and_floor_of_the_longest_prefix():
+    """The helpers themselves: a three-module circle comes back as its path; a dotted prefix beats a shorter one."""
+    edges = {("a", "b"): [1], ("b", "c"): [2], ("c", "a"): [3], ("c", "d"): [4]}
+    cycle = find_cycle(edges)
+    assert cycle is not None and cycle[0] == cycle[-1] and sorted(cycle[:-1]) == ["a", "b", "c"]
+    assert find_cycle({("a", "b"): [1], ("b", "c"): [2], ("a", "c"): [3]}) is None
+    assert floor_of("v05") == len(FLOORS) - 1
+    assert floor_of("v05.priors.heads") == floor_of("v05.priors") > floor_of("v05.value.probe")
