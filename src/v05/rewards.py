@@ -29,4 +29,9 @@ def to_pass_rate(x: FloatArray, reward_range: RewardRange) -> FloatArray:
     return (to_pm1(x, reward_range) + 1.0) / 2.0
 
 
-__all__ = ["RewardRange", "from_pm1", "to_pass_rate", "to_pm1"]
+def from_pass_rate(p: FloatArray, reward_range: RewardRange) -> FloatArray:
+    """Map pass rates in [0, 1] to the declared reward scale (v = 2p − 1 in ±1 space); the inverse of to_pass_rate."""
+    return from_pm1(to_pm1(p, "01"), reward_range)
+
+
+__all__ = ["RewardRange", "from_pass_rate", "from_pm1", "to_pass_rate", "to_pm1"]

@@ -30,7 +30,7 @@ from omegaconf.errors import OmegaConfBaseException
 from v05._checks import error_line, reward_range_text
 from v05.engines.hf import GenerationConfig
 from v05.priors import PROVIDERS, check_provider_options
-from v05.registry import ALLOCATORS, CONTEXT_OPTIONS, get_allocator, get_estimator
+from v05.registry import ALLOCATORS, CONTEXT_OPTIONS, TRAINER_ESTIMATORS, get_allocator, get_estimator
 from v05.tasks import TASKS
 from v05.train.critic import CriticConfig
 from v05.train.features import FeatureConfig
@@ -473,11 +473,13 @@ def check_config(cfg: TrainConfig) -> None:
     if tr.overlong.enabled:
         need(0 < tr.overlong.buffer <= cfg.generation.max_new_tokens, "train.overlong.buffer",
              f"must lie in [1, generation.max_new_tokens={cfg.generation.max_new_tokens}]")  # fmt: skip
-    # estimator: a registered name (or the trainer's own gae), options it knows, a prior when it needs one
-    if cfg.estimator.name == "gae":
-        need(not cfg.estimator.options, "estimator.options", "gae takes its options from critic.* (gamma, lam, ...)")
+    # estimator: a registered name (or a trainer-only one), options it knows, a prior when it needs one
+    trainer_only = TRAINER_ESTIMATORS.get(cfg.estimator.name)
+    if trainer_only is not None:
+        name, model = cfg.estimator.name, trainer_only.value_model
+        need(not cfg.estimator.options, "estimator.options", f"{name} takes its options from {model}.*")
         need(cfg.allocator.name != "osla", "allocator.name",
-             "gae's advantages come from the critic; OSLA's prior test does not apply")  # fmt: skip
+             f"{name}'s advantages come from the {model}; OSLA's prior test does not apply")  # fmt: skip
         _check_rest(cfg, need)
         return
     try:
