@@ -117,3 +117,44 @@ def test_packaged_value_configs_run_a_few_steps(tmp_path, tiny_overrides, config
     assert cfg.estimator.name in ("poise", "gae", "v05_eb")
     res = train(cfg, tmp_path / "run")
     assert res.steps == 3 and np.isfinite(res.eval_pass_rate)
+
+
+def test_make_value_method_follows_the_estimator_spec_and_carries_estimator_state():
+    """The loop's one entry point: a trainer-only estimator (``gae``) gets its critic, one that ``needs_values``
+    (``poise``) the probe, any other registered one runs as it is; each has every ValueMethod hook. A registered
+    estimator's state (v05_eb's prior-error window) is carried from step to step and round-trips through
+    save/load: a restored method computes the next step exactly as the live one."""
+    from v05.train.policy import PolicyConfig, load_policy
+    from v05.train.value import CriticMethod, EstimatorMethod, PoiseMethod, StepBatch, make_value_method
+
+    model, tok = load_policy(PolicyConfig(seed=0))
+    eb = ["estimator.name=v05_eb", "prior.name=running_mean"]
+    kinds = {"grpo": ([], EstimatorMethod), "v05_eb": (eb, EstimatorMethod), "poise": (POISE, PoiseMethod),
+             "gae": (PPO, CriticMethod)}  # fmt: skip
+    for name, (over, kind) in kinds.items():
+        method = make_value_method(load_config(None, over), model, tok)
+        assert type(method) is kind, name
+        hooks = ("estimate", "joint_loss", "after_update", "save", "load")
+        assert all(callable(getattr(method, hook)) for hook in hooks), name
+        assert method.recomputes_old_logp == (name == "poise")
+    cfg = load_config(None, eb)
+    rng = np.random.default_rng(0)
+
+    def batch(step):
+        group = np.repeat(np.arange(32), 4)
+        return StepBatch(step, None, np.where(rng.random(128) < 0.5, 1.0, -1.0), group, np.arange(32),
+                         prior=rng.uniform(-1, 1, 32), n0=np.full(32, 4.0))  # fmt: skip
+
+    live = EstimatorMethod(cfg)
+    assert live.state is None
+    out = live.estimate(batch(1), ComputeMeter())
+    assert live.state is not None and live.state.n_groups == 32 and out.value_g is not None
+    tensors, state = {}, {}
+    live.save(tensors, state)
+    assert set(state) == {"estimator"} and not tensors
+    restored = EstimatorMethod(cfg)
+    restored.load(tensors, copy.deepcopy(state))
+    nxt = batch(2)
+    np.testing.assert_array_equal(live.estimate(nxt, ComputeMeter()).advantages,
+                                  restored.estimate(nxt, ComputeMeter()).advantages)  # fmt: skip
+    assert live.state.n_groups == restored.state.n_groups == 64

@@ -78,12 +78,13 @@ from transformers.trainer_callback import PrinterCallback, ProgressCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl.trainer.utils import get_callable_name, is_async_callable
 
-from v05._checks import REWARD_RANGES, check_reward_range, error_line, reward_range_text, score_to_reward_scale
+from v05._checks import REWARD_RANGES, check_reward_range, error_line, reward_range_text
 from v05._types import FloatArray, IntArray
 from v05.estimators import Estimate
 from v05.priors import PROVIDERS, Calibration, check_provider_options, group_outcomes, make_provider
 from v05.priors.guard import PriorGuard
 from v05.registry import ALLOCATORS, CONTEXT_OPTIONS, ESTIMATORS, EstimatorSpec, estimate, get_estimator
+from v05.rewards import score_to_reward_scale
 from v05.tasks.base import prompt_key
 from v05.tasks.verify import ScoreFault, ScoreFaults, call_with_timeout, finite_reward
 from v05.train.state import state_from_json, state_to_json

@@ -24,7 +24,7 @@ from v05.groups import group_index
 from v05.priors import group_outcomes
 from v05.priors.guard import PriorGuard
 from v05.registry import get_allocator
-from v05.rewards import from_pm1, to_pm1
+from v05.rewards import score_to_reward_scale, to_pm1
 from v05.train.compute import ComputeMeter
 from v05.train.config import TrainConfig
 from v05.train.forward import prefix_rows, sequence_logprobs, shared_prefix_logprobs
@@ -99,9 +99,8 @@ def predict_prior(
     """
     if provider is None:
         return None, None, 0
-    pred, n_fallback = guard.predict(provider, [str(k) for k in keys], texts)
-    v = np.clip(np.asarray(pred.mean, np.float64), -1.0, 1.0)  # providers predict in ±1 space
-    return from_pm1(v, cfg.train.reward_range), np.asarray(pred.n0, np.float64), n_fallback
+    pred, n_fallback = guard.predict(provider, [str(k) for k in keys], texts)  # providers predict in ±1 space
+    return score_to_reward_scale(pred.mean, cfg.train.reward_range), np.asarray(pred.n0, np.float64), n_fallback
 
 
 def run_allocation(
