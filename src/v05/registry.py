@@ -33,7 +33,7 @@ from v05.estimators import (
     v05,
     v05_eb,
 )
-from v05.names import lookup
+from v05.names import check_options, lookup
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,10 +164,7 @@ def estimate(
 ) -> Estimate:
     """Run a registered estimator and return its full :class:`~v05.estimators.Estimate` (see compute_advantages)."""
     spec = get_estimator(estimator)
-    unknown = sorted(set(options) - set(spec.options))
-    if unknown:
-        valid = ", ".join(spec.options) or "none"
-        raise ValueError(f"estimator {estimator!r} has no option(s) {', '.join(unknown)}; valid: {valid}")
+    check_options(options, spec.options, "estimator", estimator)
     if prior is not None and not spec.uses_prior:
         raise ValueError(f"estimator {estimator!r} does not use a prior; use v05 or v05_eb, or pass prior=None")
     if spec.uses_prior:
@@ -251,10 +248,7 @@ def get_allocator(name: str, **options: object) -> Allocator:
     16
     """
     cls = get_allocator_spec(name).cls
-    valid = [f.name for f in fields(cls)]
-    unknown = sorted(set(options) - set(valid))
-    if unknown:
-        raise ValueError(f"allocator {name!r} has no option(s) {', '.join(unknown)}; valid: {', '.join(valid)}")
+    check_options(options, [f.name for f in fields(cls)], "allocator", name)
     checked = {f.name: _check_option_type(name, f.name, str(f.type), options[f.name]) for f in fields(cls)
                if f.name in options}  # fmt: skip
     return cls(**checked)

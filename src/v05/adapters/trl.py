@@ -81,6 +81,7 @@ from trl.trainer.utils import get_callable_name, is_async_callable
 from v05._checks import REWARD_RANGES, check_reward_range, error_line, reward_range_text
 from v05._types import FloatArray, IntArray
 from v05.estimators import Estimate
+from v05.names import check_options
 from v05.priors import PROVIDERS, Calibration, check_provider_options, group_outcomes, make_provider
 from v05.priors.guard import PriorGuard
 from v05.registry import ALLOCATORS, CONTEXT_OPTIONS, ESTIMATORS, EstimatorSpec, estimate, get_estimator
@@ -274,13 +275,7 @@ class V05GRPOConfig(trl.GRPOConfig):
             raise ValueError(
                 f"v05_estimator_options may not set {', '.join(reserved)}: the adapter fills it; remove it"
             )
-        valid = [o for o in spec.options if o not in CONTEXT_OPTIONS]
-        unknown = sorted(set(options) - set(valid))
-        if unknown:
-            raise ValueError(
-                f"estimator {self.v05_estimator!r} has no option(s) {', '.join(unknown)}; "
-                f"valid: {', '.join(valid) or 'none'}"
-            )
+        check_options(options, [o for o in spec.options if o not in CONTEXT_OPTIONS], "estimator", self.v05_estimator)
         self.v05_estimator_options = options
 
     def _resolve_scale(self, spec: EstimatorSpec) -> None:
