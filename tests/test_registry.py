@@ -127,10 +127,23 @@ def test_every_registry_answers_an_unknown_name_and_bad_options_the_same_way():
             call()
 
 
+def _allocate_coin_flips(allocator: object, prior: np.ndarray | None) -> object:
+    """One allocation step over 40 prompts whose rollouts pass with probability 1/2."""
+    from v05.allocation import allocate
+
+    rng = np.random.default_rng(0)
+
+    def sample(ids: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        return np.where(rng.random(int(np.sum(counts))) < 0.5, 1.0, -1.0)
+
+    return allocate(allocator, sample, n_prompts=40, rng=rng, prior=prior, keys=np.arange(40))
+
+
 def test_every_allocator_spec_names_its_base_group_size_and_whether_it_selects_from_a_pool():
-    """AllocatorSpec: ``k_option`` is a field of the allocator's class (the simulator's k grid sets it), and ``pool``
-    says what the allocator itself says: a candidate pool larger than the batch. A spec without ``k_option`` cannot
-    be written (a new allocator fails here, at registration, not with a KeyError deep in the simulator)."""
+    """AllocatorSpec: ``k_option`` is a field of the allocator's class (the simulator's k grid sets it), ``pool``
+    says what the allocator itself says (a candidate pool larger than the batch), and ``uses_prior`` what it does
+    without a prior (it refuses to run). A spec without ``k_option`` cannot be written (a new allocator fails here,
+    at registration, not with a KeyError deep in the simulator)."""
     from dataclasses import fields
 
     from v05.allocation import Fixed
@@ -141,9 +154,16 @@ def test_every_allocator_spec_names_its_base_group_size_and_whether_it_selects_f
         assert spec.k_option in {f.name for f in fields(spec.cls)}, name
         allocator = get_allocator(name, batch_size=8, **{spec.k_option: 4})
         assert spec.pool == (allocator.candidate_pool(8) > 8), name
+        _allocate_coin_flips(allocator, np.zeros(40))
+        if spec.uses_prior:
+            with pytest.raises(ValueError, match="needs a prior"):
+                _allocate_coin_flips(allocator, None)
+        else:
+            _allocate_coin_flips(allocator, None)
         assert get_allocator_spec(name) is spec
     with pytest.raises(TypeError, match="k_option"):
         AllocatorSpec(Fixed)  # type: ignore[call-arg]
+    assert ALLOCATORS["osla"].uses_prior and ALLOCATORS["prior_select"].uses_prior
     SimConfig(allocators=tuple(ALLOCATORS))  # every registered allocator is a valid grid entry
     with pytest.raises(ValueError, match="the grid's --ks sets k_init"):
         SimConfig(allocators=("osla:k_init=2",))

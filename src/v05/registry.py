@@ -213,20 +213,23 @@ class AllocatorSpec:
             allocators: their group size); the simulator's k grid sets it.
         pool: it selects its batch from a larger candidate pool (its ``candidate_pool`` exceeds the batch), so the
             groups that reach the loss are a selection; the simulator gives it a context pool to draw from.
+        uses_prior: it reads the prior (OSLA's test, prior_select's ranking) and refuses to run without one, so a
+            runner needs a prior provider for it (the trainer's ``prior.name``).
     """
 
     cls: type
     k_option: str
     pool: bool = False
+    uses_prior: bool = False
 
 
 ALLOCATORS: dict[str, AllocatorSpec] = {
     "fixed": AllocatorSpec(Fixed, k_option="k"),
-    "osla": AllocatorSpec(OSLA, k_option="k_init"),
+    "osla": AllocatorSpec(OSLA, k_option="k_init", uses_prior=True),
     "dynamic_sampling": AllocatorSpec(DynamicSampling, k_option="k", pool=True),
     "sara": AllocatorSpec(SARA, k_option="group_size", pool=True),
     "dps": AllocatorSpec(DPS, k_option="k", pool=True),
-    "prior_select": AllocatorSpec(PriorSelect, k_option="k", pool=True),
+    "prior_select": AllocatorSpec(PriorSelect, k_option="k", pool=True, uses_prior=True),
     "greso": AllocatorSpec(GRESO, k_option="k", pool=True),
 }
 """Allocator name → spec (its config class and the properties runners read)."""

@@ -580,11 +580,10 @@ def _check_rest(cfg: TrainConfig, need: Any) -> None:
     need("batch_size" not in cfg.allocator.options, "allocator.options.batch_size",
          "is set by train.batch_size")  # fmt: skip
     need(cfg.allocator.pool_factor is None or cfg.allocator.pool_factor >= 1, "allocator.pool_factor", "must be >= 1")
+    if ALLOCATORS[cfg.allocator.name].uses_prior:  # the name was checked above
+        need(cfg.prior.name is not None, "prior.name", f"allocator {cfg.allocator.name!r} reads a prior: set it")
     if cfg.allocator.name == "osla":
-        need(cfg.prior.name is not None, "prior.name", "allocator 'osla' tests a prior: set prior.name")
         _check_osla_pairing(cfg)
-    if cfg.allocator.name == "prior_select":
-        need(cfg.prior.name is not None, "prior.name", "allocator 'prior_select' selects by a prior: set prior.name")
     try:
         get_allocator(cfg.allocator.name, batch_size=tr.batch_size, **cfg.allocator.options)
     except (ValueError, TypeError) as err:
