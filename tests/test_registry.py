@@ -125,3 +125,88 @@ def test_every_registry_answers_an_unknown_name_and_bad_options_the_same_way():
                        (lambda: make_backend("tfidf", nope=1), "embedding backend 'tfidf'")):  # fmt: skip
         with pytest.raises(ValueError, match=f"^bad options for {what}: "):
             call()
+
+
+def _allocate_coin_flips(allocator: object, prior: np.ndarray | None) -> object:
+    """One allocation step over 40 prompts whose rollouts pass with probability 1/2."""
+    from v05.allocation import allocate
+
+    rng = np.random.default_rng(0)
+
+    def sample(ids: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        return np.where(rng.random(int(np.sum(counts))) < 0.5, 1.0, -1.0)
+
+    return allocate(allocator, sample, n_prompts=40, rng=rng, prior=prior, keys=np.arange(40))
+
+
+def test_every_allocator_spec_names_its_base_group_size_and_whether_it_selects_from_a_pool():
+    """AllocatorSpec: ``k_option`` is a field of the allocator's class (the simulator's k grid sets it), ``pool``
+    says what the allocator itself says (a candidate pool larger than the batch), and ``uses_prior`` what it does
+    without a prior (it refuses to run). A spec without ``k_option`` cannot be written (a new allocator fails here,
+    at registration, not with a KeyError deep in the simulator)."""
+    from dataclasses import fields
+
+    from v05.allocation import Fixed
+    from v05.registry import ALLOCATORS, AllocatorSpec, get_allocator, get_allocator_spec
+    from v05.sim.config import SimConfig
+
+    for name, spec in ALLOCATORS.items():
+        assert spec.k_option in {f.name for f in fields(spec.cls)}, name
+        allocator = get_allocator(name, batch_size=8, **{spec.k_option: 4})
+        assert spec.pool == (allocator.candidate_pool(8) > 8), name
+        _allocate_coin_flips(allocator, np.zeros(40))
+        if spec.uses_prior:
+            with pytest.raises(ValueError, match="needs a prior"):
+                _allocate_coin_flips(allocator, None)
+        else:
+            _allocate_coin_flips(allocator, None)
+        assert get_allocator_spec(name) is spec
+    with pytest.raises(TypeError, match="k_option"):
+        AllocatorSpec(Fixed)  # type: ignore[call-arg]
+    assert ALLOCATORS["osla"].uses_prior and ALLOCATORS["prior_select"].uses_prior
+    SimConfig(allocators=tuple(ALLOCATORS))  # every registered allocator is a valid grid entry
+    with pytest.raises(ValueError, match="the grid's --ks sets k_init"):
+        SimConfig(allocators=("osla:k_init=2",))
+
+
+def _two_batches(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Two batches of 3 groups × 4 rollouts that share group 0 and differ in the other groups' rewards."""
+    rng = np.random.default_rng(seed)
+    group = np.repeat(np.arange(3), 4)
+    a = np.where(rng.random(12) < 0.5, 1.0, -1.0)
+    b = a.copy()
+    b[4:] = np.where(rng.random(8) < 0.8, 1.0, -1.0)
+    b[4:8] = 1.0  # group 1 all-pass in batch b: a batch-level statistic (its mean, its std) moves
+    return a, b, group, np.array([0.3, -0.2, 0.6])
+
+
+def test_exact_in_sim_estimators_have_baselines_local_to_their_group():
+    """``exact_in_sim="group"``: a group's baselines depend on its own rewards, prior and true value only, so
+    changing the other groups of the batch leaves them unchanged (what lets the simulator enumerate one group's
+    outcomes exactly); the batch-mean baseline of reinforce_pp moves, which is why it is sampled. ``"given_state"``
+    estimators have the ``min_groups`` option the simulator reads, and given a state holding that many groups
+    their baselines are local too."""
+    from v05.registry import ESTIMATORS
+
+    for name, spec in ESTIMATORS.items():
+        if spec.exact_in_sim is None:
+            continue
+        assert not spec.needs_values and not spec.keyed, name
+        state = None
+        if spec.exact_in_sim == "given_state":
+            assert "min_groups" in spec.options, name
+            rng = np.random.default_rng(1)
+            warm_group = np.repeat(np.arange(64), 4)
+            warm = np.where(rng.random(256) < 0.5, 1.0, -1.0)
+            state = spec.fn(warm, warm_group, **spec.bind({}, prior=rng.uniform(-1, 1, 64), state=None)).state
+        else:
+            assert not spec.stateful, name
+        for seed in range(5):
+            a, b, group, prior = _two_batches(seed)
+            kw = spec.bind({}, prior=prior, mu=prior, state=state, prompt_ids=np.arange(3))
+            base_a = spec.fn(a, group, **kw).baseline
+            base_b = spec.fn(b, group, **kw).baseline
+            np.testing.assert_array_equal(base_a[:4], base_b[:4], err_msg=name)
+    pp = ESTIMATORS["reinforce_pp"]
+    a, b, group, _ = _two_batches(0)
+    assert not np.array_equal(pp.fn(a, group).baseline[:4], pp.fn(b, group).baseline[:4])

@@ -72,16 +72,6 @@ def check_reward_range(reward_range: str) -> tuple[float, float]:
     return REWARD_RANGES[reward_range]
 
 
-def score_to_reward_scale(score: FloatArray, reward_range: str) -> FloatArray:
-    """A ±1 score (a prior provider's mean) on the reward scale: ``pm1`` as is, ``01`` as the pass rate (s + 1)/2.
-
-    Clipped to the range (a provider's mean may overshoot by rounding).
-    """
-    lo, hi = check_reward_range(reward_range)
-    s = np.asarray(score, np.float64)
-    return np.clip(s if reward_range == "pm1" else (s + 1.0) / 2.0, lo, hi)
-
-
 def check_in_range(x: FloatArray, name: str, reward_range: str) -> None:
     """Reject values outside the declared reward range (``pm1`` → [−1, 1], ``01`` → [0, 1])."""
     lo, hi = check_reward_range(reward_range)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -33,7 +33,7 @@ from v05.estimators import (
     v05,
     v05_eb,
 )
-from v05.names import lookup
+from v05.names import check_options, lookup
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +50,12 @@ class EstimatorSpec:
         single_rollout: its baseline comes from outside the group (a prior, a per-prompt history, the batch, a
             probe), so a group of one rollout still gets a non-zero advantage; group-only estimators (``grpo``,
             ``rloo``, ...) give A = 0 at k = 1 and refuse it where the runner checks (the TRL adapter).
+        exact_in_sim: what one group's baselines depend on, which decides how the simulator scores it under a
+            fixed k. ``"group"``: the group's own rewards, its prior, its true value and fixed options only, so
+            the binomial expectation over the group's outcomes is exact (:mod:`v05.sim.runner`'s ``exact``);
+            ``"given_state"``: that plus a state carried in from earlier steps, exact given the state once it holds
+            the estimator's ``min_groups`` groups (``exact_given_state``; it must have a ``min_groups`` option);
+            None: other groups of the batch or a per-prompt history too (sampled, ``monte_carlo``).
     """
 
     fn: Callable[..., Estimate]
@@ -59,6 +65,7 @@ class EstimatorSpec:
     keyed: bool = False
     needs_values: bool = False
     single_rollout: bool = False
+    exact_in_sim: Literal["group", "given_state"] | None = None
 
     @property
     def options(self) -> tuple[str, ...]:
@@ -102,20 +109,41 @@ class EstimatorSpec:
         return kw
 
 
+@dataclass(frozen=True, slots=True)
+class TrainerEstimatorSpec:
+    """An estimator only the trainer runs: per-token advantages from a value model the trainer learns.
+
+    Not in :data:`ESTIMATORS` (no other runner has the value model; its math is torch, :mod:`v05.train.critic`);
+    :mod:`v05.train.value` builds its method.
+
+    Attributes:
+        value_model: the learned value model its advantages come from; its options are the trainer config's
+            section of that name (``critic.*``), so ``estimator.options`` stays empty.
+    """
+
+    value_model: str
+
+
+TRAINER_ESTIMATORS: dict[str, TrainerEstimatorSpec] = {
+    "gae": TrainerEstimatorSpec(value_model="critic"),
+}
+"""Trainer-only estimator name → spec: ``gae`` is PPO's GAE over a learned critic (``v05 train estimator.name=gae``)."""
+
+
 CONTEXT_OPTIONS = ("state", "prompt_ids", "step", "prior", "mu", "values")
 """Estimator arguments a runner fills from its context (:meth:`EstimatorSpec.bind`), never set as user options."""
 
 
 ESTIMATORS: dict[str, EstimatorSpec] = {
-    "grpo": EstimatorSpec(grpo),
-    "drgrpo": EstimatorSpec(drgrpo),
-    "rloo": EstimatorSpec(rloo),
+    "grpo": EstimatorSpec(grpo, exact_in_sim="group"),
+    "drgrpo": EstimatorSpec(drgrpo, exact_in_sim="group"),
+    "rloo": EstimatorSpec(rloo, exact_in_sim="group"),
     "reinforce_pp": EstimatorSpec(reinforce_pp, single_rollout=True),
-    "reinforce_pp_baseline": EstimatorSpec(reinforce_pp_baseline),
+    "reinforce_pp_baseline": EstimatorSpec(reinforce_pp_baseline, exact_in_sim="group"),
     "dbb": EstimatorSpec(dbb, stateful=True, keyed=True, single_rollout=True),
-    "v05": EstimatorSpec(v05, uses_prior=True, single_rollout=True),
-    "v05_eb": EstimatorSpec(v05_eb, uses_prior=True, stateful=True, single_rollout=True),
-    "oracle": EstimatorSpec(oracle, needs_truth=True, single_rollout=True),
+    "v05": EstimatorSpec(v05, uses_prior=True, single_rollout=True, exact_in_sim="group"),
+    "v05_eb": EstimatorSpec(v05_eb, uses_prior=True, stateful=True, single_rollout=True, exact_in_sim="given_state"),
+    "oracle": EstimatorSpec(oracle, needs_truth=True, single_rollout=True, exact_in_sim="group"),
     "poise": EstimatorSpec(poise, needs_values=True, single_rollout=True),
 }
 
@@ -136,10 +164,7 @@ def estimate(
 ) -> Estimate:
     """Run a registered estimator and return its full :class:`~v05.estimators.Estimate` (see compute_advantages)."""
     spec = get_estimator(estimator)
-    unknown = sorted(set(options) - set(spec.options))
-    if unknown:
-        valid = ", ".join(spec.options) or "none"
-        raise ValueError(f"estimator {estimator!r} has no option(s) {', '.join(unknown)}; valid: {valid}")
+    check_options(options, spec.options, "estimator", estimator)
     if prior is not None and not spec.uses_prior:
         raise ValueError(f"estimator {estimator!r} does not use a prior; use v05 or v05_eb, or pass prior=None")
     if spec.uses_prior:
@@ -177,18 +202,42 @@ def compute_advantages(
     return estimate(estimator, rewards, group, prior=prior, reward_range=reward_range, **options).advantages
 
 
-ALLOCATORS: dict[str, type] = {
-    "fixed": Fixed,
-    "osla": OSLA,
-    "dynamic_sampling": DynamicSampling,
-    "sara": SARA,
-    "dps": DPS,
-    "prior_select": PriorSelect,
-    "greso": GRESO,
+@dataclass(frozen=True, slots=True)
+class AllocatorSpec:
+    """A registered allocator.
+
+    Attributes:
+        cls: its config class (keyword options = its fields; ``batch_size``, the prompts that reach the loss, is
+            one of every allocator's).
+        k_option: the field that sets its base group size (fixed: rollouts per prompt; osla: k_init; the pool
+            allocators: their group size); the simulator's k grid sets it.
+        pool: it selects its batch from a larger candidate pool (its ``candidate_pool`` exceeds the batch), so the
+            groups that reach the loss are a selection; the simulator gives it a context pool to draw from.
+        uses_prior: it reads the prior (OSLA's test, prior_select's ranking) and refuses to run without one, so a
+            runner needs a prior provider for it (the trainer's ``prior.name``).
+    """
+
+    cls: type
+    k_option: str
+    pool: bool = False
+    uses_prior: bool = False
+
+
+ALLOCATORS: dict[str, AllocatorSpec] = {
+    "fixed": AllocatorSpec(Fixed, k_option="k"),
+    "osla": AllocatorSpec(OSLA, k_option="k_init", uses_prior=True),
+    "dynamic_sampling": AllocatorSpec(DynamicSampling, k_option="k", pool=True),
+    "sara": AllocatorSpec(SARA, k_option="group_size", pool=True),
+    "dps": AllocatorSpec(DPS, k_option="k", pool=True),
+    "prior_select": AllocatorSpec(PriorSelect, k_option="k", pool=True, uses_prior=True),
+    "greso": AllocatorSpec(GRESO, k_option="k", pool=True),
 }
-"""Allocator name → config class. Base group size option: fixed ``k``, osla ``k_init``, dynamic_sampling ``k``,
-sara ``group_size``, dps ``k``, prior_select ``k``, greso ``k``; prompts that reach the loss: ``batch_size`` (all
-seven)."""
+"""Allocator name → spec (its config class and the properties runners read)."""
+
+
+def get_allocator_spec(name: str) -> AllocatorSpec:
+    """The registered allocator ``name``; unknown names list the valid ones."""
+    return lookup(ALLOCATORS, name, "allocator")
 
 
 def get_allocator(name: str, **options: object) -> Allocator:
@@ -201,11 +250,8 @@ def get_allocator(name: str, **options: object) -> Allocator:
     >>> get_allocator("osla", k_init=4, schedule="jump").k_max
     16
     """
-    cls = lookup(ALLOCATORS, name, "allocator")
-    valid = [f.name for f in fields(cls)]
-    unknown = sorted(set(options) - set(valid))
-    if unknown:
-        raise ValueError(f"allocator {name!r} has no option(s) {', '.join(unknown)}; valid: {', '.join(valid)}")
+    cls = get_allocator_spec(name).cls
+    check_options(options, [f.name for f in fields(cls)], "allocator", name)
     checked = {f.name: _check_option_type(name, f.name, str(f.type), options[f.name]) for f in fields(cls)
                if f.name in options}  # fmt: skip
     return cls(**checked)
@@ -239,10 +285,14 @@ def _check_option_type(allocator: str, option: str, annotation: str, value: obje
 
 __all__ = [
     "ALLOCATORS",
+    "AllocatorSpec",
     "ESTIMATORS",
     "EstimatorSpec",
+    "TRAINER_ESTIMATORS",
+    "TrainerEstimatorSpec",
     "compute_advantages",
     "estimate",
     "get_allocator",
+    "get_allocator_spec",
     "get_estimator",
 ]

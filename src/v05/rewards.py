@@ -8,6 +8,8 @@ of the ``pm1`` ones.
 
 from __future__ import annotations
 
+import numpy as np
+
 from v05._checks import RewardRange, check_reward_range
 from v05._types import FloatArray
 
@@ -29,4 +31,21 @@ def to_pass_rate(x: FloatArray, reward_range: RewardRange) -> FloatArray:
     return (to_pm1(x, reward_range) + 1.0) / 2.0
 
 
-__all__ = ["RewardRange", "from_pm1", "to_pass_rate", "to_pm1"]
+def from_pass_rate(p: FloatArray, reward_range: RewardRange) -> FloatArray:
+    """Map pass rates in [0, 1] to the declared reward scale (v = 2p − 1 in ±1 space); the inverse of to_pass_rate."""
+    return from_pm1(to_pm1(p, "01"), reward_range)
+
+
+def score_to_reward_scale(score: object, reward_range: RewardRange) -> FloatArray:
+    """A ±1 score (a prior provider's mean) on the reward scale, clipped to the range first.
+
+    The one boundary between the providers (±1 space) and the estimators (the run's reward scale): the trainer's
+    and the TRL adapter's priors cross it here. A provider's mean may overshoot ±1 by rounding; NaN stays NaN.
+
+    >>> score_to_reward_scale([-1.5, 0.0, 0.5], "01")
+    array([0.  , 0.5 , 0.75])
+    """
+    return from_pm1(np.clip(np.asarray(score, np.float64), -1.0, 1.0), reward_range)
+
+
+__all__ = ["RewardRange", "from_pass_rate", "from_pm1", "score_to_reward_scale", "to_pass_rate", "to_pm1"]

@@ -125,6 +125,27 @@ def test_none_rewards_are_left_out_of_the_baseline_as_in_trl(tmp_path):
     assert trainer.v05_provider.calibration().n == 2 * 3  # 3 scored groups a step were learned, twice
 
 
+def none_for_all(prompts, completions, **kwargs):
+    """None for every rollout: a batch with nothing to learn from."""
+    return [None] * len(completions)
+
+
+@pytest.mark.parametrize(("reward_range", "middle"), [("pm1", 0.0), ("01", 0.5)])
+def test_a_batch_without_rewards_logs_the_middle_of_the_reward_scale_as_prior_mean(tmp_path, reward_range, middle):
+    """A batch every reward function scored None: advantages 0, a NaN prior for every group, and ``v05/prior_mean``
+    (the prior on the reward scale) logged as the middle of the run's scale — 0 on ±1, 1/2 on 0/1, not a pass
+    rate of 1/2 read as V = 0.5 on a ±1 run."""
+    model, tokenizer, dataset, _, _ = arithmetic_setup()
+    trainer = Recording(
+        model=model, reward_funcs=none_for_all, args=config(tmp_path, max_steps=1, v05_reward_range=reward_range),
+        train_dataset=dataset, processing_class=tokenizer,
+    )  # fmt: skip
+    trainer.train()
+    ((batch, handed),) = trainer.scored
+    assert np.isnan(batch.prior).all() and not handed.any()
+    assert trainer.state.log_history[0]["v05/prior_mean"] == middle
+
+
 def test_nan_or_garbage_rewards_stop_the_run_in_one_line(tmp_path):
     """Unguarded (the default), a reward function returning NaN, inf or a string stops the run before any update,
     naming the function, the value and the rollout (TRL would read NaN as None and train on); a raising one stops it

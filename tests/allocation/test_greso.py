@@ -342,7 +342,7 @@ def test_bad_options_raise_naming_the_option(options, match):
 
 def test_registry_builds_greso_by_name_with_the_reference_defaults():
     """``greso`` is registered; get_allocator passes options through; the defaults are GRESO's."""
-    assert ALLOCATORS["greso"] is GRESO
+    assert ALLOCATORS["greso"].cls is GRESO
     alloc = get_allocator("greso", k=4, batch_size=8)
     assert isinstance(alloc, GRESO) and (alloc.k, alloc.batch_size) == (4, 8)
     d = GRESO()

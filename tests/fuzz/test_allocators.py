@@ -64,7 +64,7 @@ def field_kinds(cls: type) -> dict[str, tuple[str, tuple[object, ...]]]:
     return out
 
 
-KINDS = {name: field_kinds(cls) for name, cls in ALLOCATORS.items()}
+KINDS = {name: field_kinds(spec.cls) for name, spec in ALLOCATORS.items()}
 SMALL_INTS = (1, 2, 3, 4, 6, 8, 16)
 
 

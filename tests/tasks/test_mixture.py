@@ -68,7 +68,7 @@ def test_warm_up_examples_take_each_components_share_and_score_through_the_mixtu
         ([EASY], "at least 2"),
         ([EASY, {"task": "mixture", "options": {}}], "cannot hold a mixture"),
         ([EASY, {"name": "arithmetic"}], "must be"),
-        ([EASY, {"task": "arithmetic", "options": {"n_trian": 3}}], "component 1: unknown option"),
+        ([EASY, {"task": "arithmetic", "options": {"n_trian": 3}}], r"component 1: task .arithmetic. has no option"),
         ("arithmetic", "list of"),
     ],
 )

@@ -79,6 +79,8 @@ def test_quick_shrinks_any_config():
         (["allocator.rejects=keep"], "allocator.rejects"),
         (["prior.name=combined", "prior.options={max_pool_kernel: -1}"], "max_pool_kernel"),
         (["prior.name=combined", "prior.options={refit_every: 0}"], "refit_every"),
+        (["estimator.name=gae", "estimator.options={gamma: 0.9}"], "critic.*"),  # gae's options are the critic's
+        (["estimator.name=gae", "allocator.name=osla", "prior.name=running_mean"], "allocator.name"),
     ],
 )
 def test_bad_configs_name_the_field(overrides, field):

@@ -20,7 +20,7 @@ from v05.train.loop import recompute_old_logp, train
 from v05.train.policy import PolicyConfig, load_policy
 from v05.train.schedule import LRSchedule
 from v05.train.step import check_overlong_buffer, update_policy
-from v05.train.value import PoiseMethod
+from v05.train.value import EstimatorMethod, PoiseMethod
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +122,8 @@ def test_bf16_old_logp_recomputed_so_the_first_ratio_is_one(policy):
     signs = torch.where(torch.arange(ro.old_logp.numel()).reshape(ro.old_logp.shape) % 2 == 0, 1.0, -1.0)
     ro = dataclasses.replace(ro, old_logp=ro.old_logp + 0.01 * signs * ro.response_mask)
     cfg = load_config(None, ["generation.max_new_tokens=8", "loss.clip_low=0.001", "loss.clip_high=0.001"])
-    assert recompute_old_logp(cfg, model, None) and not recompute_old_logp(cfg, model32, None)
+    grpo = EstimatorMethod(cfg)
+    assert recompute_old_logp(cfg, model, grpo) and not recompute_old_logp(cfg, model32, grpo)
     adv = np.where(np.arange(len(ro)) % 2 == 0, 1.0, -1.0)
     out = {}
     for flag in (False, True):
@@ -139,14 +140,14 @@ def test_bf16_old_logp_recomputed_so_the_first_ratio_is_one(policy):
 def test_recompute_modes(policy):
     """``auto`` recomputes for a non-float32 policy except under POISE (its feature pass already is the training
     forward); ``always`` and ``never`` override."""
-    model, _ = policy
+    model, tok = policy
     bf16 = copy.deepcopy(model).to(torch.bfloat16)
     cfg = load_config(None, [])
-    poise = PoiseMethod(load_config(None, ["estimator.name=poise"]))
-    assert not recompute_old_logp(cfg, model, None) and recompute_old_logp(cfg, bf16, None)
+    grpo, poise = EstimatorMethod(cfg), PoiseMethod(load_config(None, ["estimator.name=poise"]), bf16, tok)
+    assert not recompute_old_logp(cfg, model, grpo) and recompute_old_logp(cfg, bf16, grpo)
     assert not recompute_old_logp(cfg, bf16, poise)
-    assert recompute_old_logp(load_config(None, ["train.recompute_old_logp=always"]), model, None)
-    assert not recompute_old_logp(load_config(None, ["train.recompute_old_logp=never"]), bf16, None)
+    assert recompute_old_logp(load_config(None, ["train.recompute_old_logp=always"]), model, grpo)
+    assert not recompute_old_logp(load_config(None, ["train.recompute_old_logp=never"]), bf16, grpo)
 
 
 def test_compute_meter_counts_policy_passes_by_hand(policy):

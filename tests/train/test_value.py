@@ -66,41 +66,47 @@ def test_resume_reproduces_runs_with_probe_critic_or_probe_prior(tmp_path, tiny_
 
 def test_poise_predicts_with_the_previous_probe_then_refits(tmp_path, tiny_overrides):
     """POISE's strict order: this step's baselines come from the probe fitted on *earlier* steps; the step's rows
-    join the buffer and the probe is refit only afterwards. Checked by replaying the step with a copy of the probe
-    taken before it: the advantages equal poise(values = old probe's predictions), and the probe changed after."""
+    join the buffer in ``estimate`` and the probe is refit only in ``after_update`` (after the policy update).
+    Checked by replaying the step with a copy of the probe taken before it: the advantages equal poise(values = old
+    probe's predictions), the probe is unchanged by ``estimate`` and changed by ``after_update``."""
     import torch
 
     from v05.engines.hf import GenerationConfig, HFEngine
     from v05.registry import estimate
     from v05.train.features import recompute_pass
     from v05.train.policy import load_policy
-    from v05.train.value import PoiseMethod
+    from v05.train.value import PoiseMethod, StepBatch
 
     cfg = load_config(None, [*tiny_overrides, *POISE])
     model, tok = load_policy(cfg.policy)
     torch.manual_seed(0)
-    method = PoiseMethod(cfg)
+    method = PoiseMethod(cfg, model, tok)
     rng = np.random.default_rng(0)
     prompts = [f"{a}+{b}=" for a, b in rng.integers(0, 10, (16, 2))]
     engine = HFEngine(model, tok, GenerationConfig(max_new_tokens=4), seed=0)
 
-    def batch():
+    def batch(step, keys):
         ro = engine.generate(prompts, [2] * 16)
-        group = ro.prompt_index
         rewards = np.where(rng.random(len(ro)) < 0.5, 1.0, -1.0)
-        return ro, rewards, group
+        return StepBatch(step, ro, rewards, ro.prompt_index, keys)
 
-    ro, rewards, group = batch()
-    method.estimate(cfg, 1, model, tok, ro, rewards, group, np.arange(16), ComputeMeter())  # bootstrap: fills buffer
+    first = batch(1, np.arange(16))
+    out = method.estimate(first, ComputeMeter())  # bootstrap: fills the buffer
+    assert not method.probe.fitted_ and out.metrics["poise/bootstrap"] == 1.0
+    method.after_update(out, ComputeMeter())
     before = copy.deepcopy(method.probe)
-    ro, rewards, group = batch()
-    est, _, _, _ = method.estimate(cfg, 2, model, tok, ro, rewards, group, np.arange(16, 32), ComputeMeter())
-    _, feats = recompute_pass(model, ro, group=group, config=cfg.poise.features, temperature=1.0, tokenizer=tok)
+    second = batch(2, np.arange(16, 32))
+    out = method.estimate(second, ComputeMeter())
+    _, feats = recompute_pass(model, second.rollouts, group=second.group, config=cfg.poise.features, temperature=1.0,
+                              tokenizer=tok)  # fmt: skip
     v01 = before.predict(feats.prompt, feats.response, feats.scalars)
-    expected = estimate("poise", rewards, group, values=2.0 * v01 - 1.0, reward_range="pm1", scale="none")
-    np.testing.assert_allclose(est.advantages, expected.advantages, atol=1e-10)
+    expected = estimate("poise", second.rewards, second.group, values=2.0 * v01 - 1.0, reward_range="pm1",
+                        scale="none")  # fmt: skip
+    np.testing.assert_allclose(out.advantages, expected.advantages, atol=1e-10)
+    np.testing.assert_array_equal(method.probe.predict(feats.prompt, feats.response, feats.scalars), v01)
+    method.after_update(out, ComputeMeter())
     after = method.probe.predict(feats.prompt, feats.response, feats.scalars)
-    assert not np.allclose(after, v01)  # refit on this step's rows, after its advantages
+    assert not np.allclose(after, v01)  # refit on this step's rows, after its advantages and the policy update
 
 
 @pytest.mark.parametrize("config", ["demo-poise", "demo-ppo", "demo-v05-probe"])
@@ -111,3 +117,44 @@ def test_packaged_value_configs_run_a_few_steps(tmp_path, tiny_overrides, config
     assert cfg.estimator.name in ("poise", "gae", "v05_eb")
     res = train(cfg, tmp_path / "run")
     assert res.steps == 3 and np.isfinite(res.eval_pass_rate)
+
+
+def test_make_value_method_follows_the_estimator_spec_and_carries_estimator_state():
+    """The loop's one entry point: a trainer-only estimator (``gae``) gets its critic, one that ``needs_values``
+    (``poise``) the probe, any other registered one runs as it is; each has every ValueMethod hook. A registered
+    estimator's state (v05_eb's prior-error window) is carried from step to step and round-trips through
+    save/load: a restored method computes the next step exactly as the live one."""
+    from v05.train.policy import PolicyConfig, load_policy
+    from v05.train.value import CriticMethod, EstimatorMethod, PoiseMethod, StepBatch, make_value_method
+
+    model, tok = load_policy(PolicyConfig(seed=0))
+    eb = ["estimator.name=v05_eb", "prior.name=running_mean"]
+    kinds = {"grpo": ([], EstimatorMethod), "v05_eb": (eb, EstimatorMethod), "poise": (POISE, PoiseMethod),
+             "gae": (PPO, CriticMethod)}  # fmt: skip
+    for name, (over, kind) in kinds.items():
+        method = make_value_method(load_config(None, over), model, tok)
+        assert type(method) is kind, name
+        hooks = ("estimate", "joint_loss", "after_update", "save", "load")
+        assert all(callable(getattr(method, hook)) for hook in hooks), name
+        assert method.recomputes_old_logp == (name == "poise")
+    cfg = load_config(None, eb)
+    rng = np.random.default_rng(0)
+
+    def batch(step):
+        group = np.repeat(np.arange(32), 4)
+        return StepBatch(step, None, np.where(rng.random(128) < 0.5, 1.0, -1.0), group, np.arange(32),
+                         prior=rng.uniform(-1, 1, 32), n0=np.full(32, 4.0))  # fmt: skip
+
+    live = EstimatorMethod(cfg)
+    assert live.state is None
+    out = live.estimate(batch(1), ComputeMeter())
+    assert live.state is not None and live.state.n_groups == 32 and out.value_g is not None
+    tensors, state = {}, {}
+    live.save(tensors, state)
+    assert set(state) == {"estimator"} and not tensors
+    restored = EstimatorMethod(cfg)
+    restored.load(tensors, copy.deepcopy(state))
+    nxt = batch(2)
+    np.testing.assert_array_equal(live.estimate(nxt, ComputeMeter()).advantages,
+                                  restored.estimate(nxt, ComputeMeter()).advantages)  # fmt: skip
+    assert live.state.n_groups == restored.state.n_groups == 64

@@ -78,12 +78,14 @@ from transformers.trainer_callback import PrinterCallback, ProgressCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl.trainer.utils import get_callable_name, is_async_callable
 
-from v05._checks import REWARD_RANGES, check_reward_range, error_line, reward_range_text, score_to_reward_scale
+from v05._checks import REWARD_RANGES, check_reward_range, error_line, reward_range_text
 from v05._types import FloatArray, IntArray
 from v05.estimators import Estimate
+from v05.names import check_options
 from v05.priors import PROVIDERS, Calibration, check_provider_options, group_outcomes, make_provider
 from v05.priors.guard import PriorGuard
 from v05.registry import ALLOCATORS, CONTEXT_OPTIONS, ESTIMATORS, EstimatorSpec, estimate, get_estimator
+from v05.rewards import from_pass_rate, score_to_reward_scale
 from v05.tasks.base import prompt_key
 from v05.tasks.verify import ScoreFault, ScoreFaults, call_with_timeout, finite_reward
 from v05.train.state import state_from_json, state_to_json
@@ -273,13 +275,7 @@ class V05GRPOConfig(trl.GRPOConfig):
             raise ValueError(
                 f"v05_estimator_options may not set {', '.join(reserved)}: the adapter fills it; remove it"
             )
-        valid = [o for o in spec.options if o not in CONTEXT_OPTIONS]
-        unknown = sorted(set(options) - set(valid))
-        if unknown:
-            raise ValueError(
-                f"estimator {self.v05_estimator!r} has no option(s) {', '.join(unknown)}; "
-                f"valid: {', '.join(valid) or 'none'}"
-            )
+        check_options(options, [o for o in spec.options if o not in CONTEXT_OPTIONS], "estimator", self.v05_estimator)
         self.v05_estimator_options = options
 
     def _resolve_scale(self, spec: EstimatorSpec) -> None:
@@ -640,8 +636,9 @@ class V05GRPOTrainer(trl.GRPOTrainer):
             if values is not None:
                 metrics[f"v05/{name}"].append(float(np.mean(values)))
         if shared.calibration is not None and shared.prior is not None:
+            midpoint = float(from_pass_rate(0.5, self.args.v05_reward_range))  # no scored group: the scale's middle
             metrics["v05/prior_mean"].append(
-                float(np.nanmean(shared.prior)) if np.isfinite(shared.prior).any() else 0.5
+                float(np.nanmean(shared.prior)) if np.isfinite(shared.prior).any() else midpoint
             )
             for name in ("tau2", "auc", "n0", "n"):
                 metrics[f"v05/prior_{name}"].append(float(getattr(shared.calibration, name)))

@@ -35,7 +35,7 @@ from v05.estimators import Estimate
 from v05.groups import group_index
 from v05.priors import PROVIDERS
 from v05.registry import CONTEXT_OPTIONS, ESTIMATORS, estimate, get_estimator
-from v05.rewards import to_pass_rate
+from v05.rewards import from_pass_rate, from_pm1
 
 logger = logging.getLogger(__name__)
 
@@ -190,8 +190,7 @@ def _prior_on_reward_scale(value: object, uid: str, config: VerlConfig) -> float
             f"extra_info[{config.prior_key!r}] = {value!r} of prompt uid {uid!r} is not a number in [{lo:g}, 1] "
             f"(algorithm.v05.prior_scale={config.prior_scale!r}: a pass rate in [0, 1], or 'pm1' for a ±1 score)"
         )
-    p = v if config.prior_scale == "pass_rate" else float(to_pass_rate(v, "pm1"))
-    return p if config.reward_range == "01" else 2.0 * p - 1.0
+    return float(from_pass_rate(v, config.reward_range) if lo == 0.0 else from_pm1(v, config.reward_range))
 
 
 def prompt_rows(

@@ -15,7 +15,7 @@ from v05.advantages import Scale, scale_advantages
 from v05.allocation.posterior import BetaHistory, Decay
 from v05.estimators._batch import Estimate, check_prior_scale, prepare
 from v05.groups import segment_sum
-from v05.rewards import from_pm1, to_pass_rate
+from v05.rewards import from_pass_rate, to_pass_rate
 
 
 def dbb(
@@ -99,7 +99,7 @@ def dbb(
     )
     alpha, beta = (updated if include_current else history).lookup(keys)
     p_g = alpha / (alpha + beta)  # (G,) μ̃ in (0, 1)
-    base = from_pm1(2.0 * p_g - 1.0, reward_range)[b.group]  # (N,)
+    base = from_pass_rate(p_g, reward_range)[b.group]  # (N,)
     adv = scale_advantages(b.rewards, base, b.group, scale=scale, reward_range=reward_range)
     return Estimate(adv, base, state=updated)
 

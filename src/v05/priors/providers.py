@@ -25,7 +25,7 @@ from v05._checks import as_real, check_int, check_positive
 from v05._types import FloatArray
 from v05.allocation.posterior import BetaHistory, Decay
 from v05.priors.base import TAU2_FLOOR, Calibration, PriorPrediction, calibrate
-from v05.rewards import to_pass_rate
+from v05.rewards import from_pass_rate, to_pass_rate
 
 log = logging.getLogger(__name__)
 
@@ -440,7 +440,7 @@ class OracleProvider(BaseProvider):
             raise ValueError(f"oracle sampler returned shapes {successes.shape}, {counts.shape} for {len(ids)} prompts")
         self.oracle_rollouts_ += int(counts.sum())
         p_hat = (successes + 0.5) / (counts + 1.0)
-        return 2.0 * p_hat - 1.0, np.zeros(len(ids))
+        return from_pass_rate(p_hat, "pm1"), np.zeros(len(ids))
 
     def _learn(self, ids: list[str], texts: list[str], scores: FloatArray, counts: FloatArray, policy: str) -> None:
         """Nothing to learn: every prediction is measured afresh."""

@@ -47,6 +47,7 @@ from v05.priors.v0_checkpoint import (
     load_weights_file,
     read_state_dict,
 )
+from v05.rewards import from_pass_rate
 
 log = logging.getLogger(__name__)
 
@@ -368,7 +369,7 @@ class V0TabPFNHead:
     def predict(self, x: FloatArray) -> FloatArray:
         """(Q,) E[s] = 2p̂ − 1 (``pass_rate``) or p̂ (``isotonic``) for query features (Q, D)."""
         p = self.predict_pass_rate(x)
-        return 2.0 * p - 1.0 if self.calibration == "pass_rate" else p
+        return from_pass_rate(p, "pm1") if self.calibration == "pass_rate" else p
 
 
 # -- the loaders that accept either file: the official checkpoint or a v05 adapter-only file ----------------------

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from v05.baselines import v05_shrinkage
+from v05.rewards import from_pass_rate
 from v05.sim.metrics import binomial_pmf
 
 TARGET_EB_AT_4 = 0.80
@@ -56,7 +57,7 @@ def quantisation(mu: np.ndarray, ks: Sequence[int]) -> dict[str, dict[str, Any]]
     near = np.abs(mu) >= NEAR_DETERMINISTIC
     for k in sorted(set(int(k) for k in ks)):
         pmf = binomial_pmf(k, mu)  # (P, k+1)
-        vbar = 2.0 * np.arange(k + 1) / k - 1.0  # (k+1,)
+        vbar = from_pass_rate(np.arange(k + 1) / k, "pm1")  # (k+1,) the group means of 0..k successes
         test = v05_shrinkage(
             np.broadcast_to(vbar, pmf.shape).ravel(), np.repeat(mu, k + 1), np.full(pmf.size, float(k))
         )

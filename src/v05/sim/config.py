@@ -6,20 +6,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from v05.registry import ALLOCATORS, CONTEXT_OPTIONS, get_allocator, get_estimator
+from v05.registry import CONTEXT_OPTIONS, get_allocator, get_allocator_spec, get_estimator
 from v05.sim.priors import PriorSpec, parse_prior
 from v05.sim.specs import Spec, parse_spec
-
-K_OPTION = {
-    "fixed": "k",
-    "osla": "k_init",
-    "dynamic_sampling": "k",
-    "sara": "group_size",
-    "dps": "k",
-    "prior_select": "k",
-    "greso": "k",
-}
-"""The option of each allocator that the grid's k sets (its base group size)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -33,7 +22,8 @@ class SimConfig:
     priors: tuple[str, ...] = ("context_mean",)
     """priors (see :mod:`v05.sim.priors`); the first is the headline prior of the claims."""
     ks: tuple[int, ...] = (1, 2, 4, 8, 16)
-    """base group sizes k (fixed: rollouts per prompt; osla: k_init; pool allocators: group size)."""
+    """base group sizes k (each allocator's ``AllocatorSpec.k_option``: fixed k, osla k_init, pool allocators'
+    group size)."""
     noise_sweep: tuple[float, ...] = (0.0, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0)
     """σ values of extra ``oracle_noise:σ`` priors for the prior-quality view (grpo, v05, v05_eb; fixed and osla)."""
     reps: int = 32
@@ -94,12 +84,11 @@ def _estimator_spec(text: str) -> Spec:
 
 def _allocator_spec(text: str) -> Spec:
     spec = parse_spec(text, what="allocator")
-    if spec.name not in ALLOCATORS:
-        raise ValueError(f"unknown allocator {spec.name!r}; valid: {', '.join(ALLOCATORS)}")
-    if spec.value is not None or K_OPTION[spec.name] in dict(spec.options):
-        raise ValueError(f"bad allocator {text!r}: options are key=value; the grid's --ks sets {K_OPTION[spec.name]}")
+    k_option = get_allocator_spec(spec.name).k_option
+    if spec.value is not None or k_option in dict(spec.options):
+        raise ValueError(f"bad allocator {text!r}: options are key=value; the grid's --ks sets {k_option}")
     get_allocator(spec.name, **dict(spec.options))  # validates option names and values now
     return spec
 
 
-__all__ = ["K_OPTION", "SimConfig"]
+__all__ = ["SimConfig"]

@@ -17,6 +17,7 @@ import numpy as np
 
 from v05._types import FloatArray, IntArray
 from v05.datasets.v0 import V0Dataset, V0Rows
+from v05.rewards import from_pass_rate
 
 BETA_MIXTURES: dict[str, tuple[tuple[float, float, float], ...]] = {
     "bimodal": ((0.3, 0.5, 4.0), (0.3, 4.0, 0.5), (0.4, 1.5, 1.5)),
@@ -192,11 +193,11 @@ def synthetic_population(
     for b in range(n_batches):
         p_ctx = sample_pass_rates(kind, n_context, rng)
         wins = rng.binomial(context_rollouts, p_ctx)
-        context.append(2.0 * wins / context_rollouts - 1.0)
+        context.append(from_pass_rate(wins / context_rollouts, "pm1"))
         context_keys.append(np.array([f"ctx{b}_{i}" for i in range(n_context)], dtype=object))
     return Population(
         name=f"synthetic:{kind}",
-        mu=2.0 * p - 1.0,
+        mu=from_pass_rate(p, "pm1"),
         batch=np.repeat(np.arange(n_batches), n_prompts),
         keys=np.array([f"p{i}" for i in range(n_prompts * n_batches)], dtype=object),
         batch_names=tuple(f"batch{b}" for b in range(n_batches)),

@@ -8,17 +8,20 @@ and DBB sees the same prompts recur — its best case (in real training the poli
 
 How each record is computed (``method``):
 - ``exact``: fixed k with an estimator whose baseline is a per-group function of the rewards, the prior and fixed
-  parameters (grpo, drgrpo, rloo, reinforce_pp_baseline, v05, oracle): binomial expectation, one pass, SE 0.
-- ``exact_given_state``: fixed k with ``v05_eb``: the state runs on sampled steps; each step whose state already
-  holds ``min_groups`` groups is scored by the exact expectation given that state (the first step, whose n0 comes
-  from the batch itself, is scored by its sample). SE over replicates.
+  parameters (``EstimatorSpec.exact_in_sim == "group"``: grpo, drgrpo, rloo, reinforce_pp_baseline, v05, oracle):
+  binomial expectation, one pass, SE 0.
+- ``exact_given_state``: fixed k with an estimator exact given its carried state (``exact_in_sim == "given_state"``:
+  ``v05_eb``): the state runs on sampled steps; each step whose state already holds ``min_groups`` groups is scored
+  by the exact expectation given that state (the first step, whose n0 comes from the batch itself, is scored by its
+  sample). SE over replicates.
 - ``monte_carlo``: everything else (OSLA, dynamic_sampling, SARA, DPS, prior_select, dbb). All estimators of one cell
   score the same sampled rollouts (common random numbers). SE over replicates.
 OSLA's ``eb_guard`` test is given the prior's calibrated pseudo-count n0 = E[1 − μ²]/E[(V − μ)²] over the cell (what
 a perfectly calibrated provider reports; ``prior_select``'s belief reads it too). Pool-selecting allocators
-(dynamic_sampling, sara, dps, prior_select) draw from each batch's context rows (V0) as the candidate pool, keep as
-many groups as the batch has prompts, and see the ``context_mean`` prior unless the prior is a built-in one. Their
-MSE is over the groups they kept, i.e. over different prompts than the fixed-batch methods.
+(``AllocatorSpec.pool``: dynamic_sampling, sara, dps, prior_select, greso) draw from each batch's context rows (V0)
+as the candidate pool (those with an ``order`` option walk it at random), keep as many groups as the batch has
+prompts, and see the ``context_mean`` prior unless the prior is a built-in one. Their MSE is over the groups they
+kept, i.e. over different prompts than the fixed-batch methods.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import functools
 import inspect
 import warnings
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -36,20 +39,14 @@ from v05._types import FloatArray, IntArray
 from v05.allocation import Allocation, allocate
 from v05.estimators import Estimate
 from v05.estimators.fusion import TAU2_FLOOR
-from v05.registry import get_allocator, get_estimator
+from v05.registry import get_allocator, get_allocator_spec, get_estimator
 from v05.rewards import to_pass_rate
-from v05.sim.config import K_OPTION, SimConfig
+from v05.sim.config import SimConfig
 from v05.sim.metrics import Tally, enumerate_outcomes, group_stats
 from v05.sim.populations import Population
 from v05.sim.priors import PriorSpec, parse_prior, prior_values
 from v05.sim.specs import Spec, parse_spec
 
-EXACT_ESTIMATORS = frozenset({"grpo", "drgrpo", "rloo", "reinforce_pp_baseline", "v05", "oracle"})
-"""Baseline = a per-group function of (rewards, prior, fixed parameters): exact under fixed allocation."""
-STATE_EXACT_ESTIMATORS = frozenset({"v05_eb"})
-"""Exact given the state carried in from earlier steps."""
-POOL_ALLOCATORS = frozenset({"dynamic_sampling", "sara", "dps", "prior_select", "greso"})
-"""Allocators that select groups from a larger candidate pool."""
 SWEEP_ESTIMATORS = ("grpo", "v05", "v05_eb")
 """Estimators run under the prior-quality sweep (``noise_sweep``)."""
 
@@ -104,8 +101,10 @@ def _sampler(mu: FloatArray, rng: np.random.Generator):  # noqa: ANN202
 
 def _draw_steps(cell: _Cell, reps: int) -> list[list[Allocation]]:
     """Sampled allocations, ``steps[rep][batch]``, with allocator state carried per batch."""
-    opts = dict(cell.alloc.options) | {K_OPTION[cell.alloc.name]: cell.k}
-    if cell.alloc.name in POOL_ALLOCATORS:
+    spec = get_allocator_spec(cell.alloc.name)
+    opts = dict(cell.alloc.options) | {spec.k_option: cell.k}
+    walks_pool = spec.pool and "order" in {f.name for f in fields(spec.cls)}  # takes its pool in an order
+    if spec.pool:
         opts.setdefault("batch_size", None)  # replaced per batch below
     rng = _rng(*cell.seed, "draw")
     # the prior's worth in rollouts as a perfectly calibrated provider would report it (OSLA's eb_guard test reads
@@ -120,9 +119,9 @@ def _draw_steps(cell: _Cell, reps: int) -> list[list[Allocation]]:
         for b in range(cell.pop.n_batches):
             idx = cell.pop.batch_index(b)
             o = dict(opts)
-            if cell.alloc.name in POOL_ALLOCATORS:
+            if spec.pool:
                 o["batch_size"] = o["batch_size"] or cell.targets[b]
-                if cell.alloc.name in ("dynamic_sampling", "sara"):
+                if walks_pool:
                     o.setdefault("order", "random")
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
@@ -143,7 +142,7 @@ def _draw_steps(cell: _Cell, reps: int) -> list[list[Allocation]]:
                     cell.notes.append(note)
             states[b] = a.state
             row.append(a)
-            short += int(cell.alloc.name in POOL_ALLOCATORS and a.kept.sum() < cell.targets[b])
+            short += int(spec.pool and a.kept.sum() < cell.targets[b])
         steps.append(row)
     if short:
         cell.notes.append(
@@ -195,11 +194,12 @@ def _score(spec: Spec, cell: _Cell, reps: int) -> tuple[Tally, str, float, int]:
     pop = cell.pop
     tally = Tally(pop.n_prompts)
     fixed = cell.alloc.name == "fixed" and not cell.alloc.options
-    if fixed and spec.name in EXACT_ESTIMATORS:
+    exact = get_estimator(spec.name).exact_in_sim
+    if fixed and exact == "group":
         for b in range(pop.n_batches):
             _exact_step(spec, cell, pop.batch_index(b), None, tally, 0)
         return tally, "exact", float(cell.k * pop.n_prompts), pop.n_prompts
-    state_exact = fixed and spec.name in STATE_EXACT_ESTIMATORS
+    state_exact = fixed and exact == "given_state"
     if cell.steps is None:
         cell.steps = _draw_steps(cell, reps)
     states: dict[int, Any] = {}
@@ -252,7 +252,7 @@ def _record(
         "rollouts_per_prompt": spent / max(kept, 1),
         "method": method,
         "reps": 1 if method == "exact" else reps,
-        "population": pop_name if cell.alloc.name not in POOL_ALLOCATORS else cell.pop.name,
+        "population": cell.pop.name if get_allocator_spec(cell.alloc.name).pool else pop_name,
     }
     rec["zero_adv_frac"] = rec.pop("zero_adv_frac")
     return rec
@@ -276,7 +276,7 @@ def run_simulation(population: Population, config: SimConfig) -> SimResult:
     records: list[dict[str, Any]] = []
     notes: list[str] = []
     targets = tuple(int(np.sum(population.batch == b)) for b in range(population.n_batches))
-    pool_pop = population.context_pool() if any(a.name in POOL_ALLOCATORS for a in allocators) else None
+    pool_pop = population.context_pool() if any(get_allocator_spec(a.name).pool for a in allocators) else None
     for i, prior in enumerate(priors):
         sweep = i >= n_given
         v = prior_values(prior, population, rng=_rng(config.seed, "prior", prior.text))
@@ -284,7 +284,8 @@ def run_simulation(population: Population, config: SimConfig) -> SimResult:
             if sweep and alloc.name not in ("fixed", "osla"):
                 continue
             pop, pv = population, v
-            if alloc.name in POOL_ALLOCATORS and pool_pop is not None:
+            alloc_spec = get_allocator_spec(alloc.name)
+            if alloc_spec.pool and pool_pop is not None:
                 pop = pool_pop
                 pool_prior = prior if not prior.is_learned else parse_prior("context_mean")
                 pv = prior_values(pool_prior, pop, rng=_rng(config.seed, "pool_prior", prior.text))
@@ -295,14 +296,14 @@ def run_simulation(population: Population, config: SimConfig) -> SimResult:
                 try:
                     with warnings.catch_warnings():
                         warnings.simplefilter("ignore")  # recorded when the cell draws its steps
-                        get_allocator(alloc.name, **(dict(alloc.options) | {K_OPTION[alloc.name]: int(k)}))
+                        get_allocator(alloc.name, **(dict(alloc.options) | {alloc_spec.k_option: int(k)}))
                 except ValueError as err:
                     notes.append(f"skipped {alloc.text} at k={k}: {err}")
                     continue
                 for spec in estimators:
                     if sweep and (
                         spec.name not in SWEEP_ESTIMATORS
-                        or (alloc.name == "fixed" and spec.name not in EXACT_ESTIMATORS and k != 4)
+                        or (alloc.name == "fixed" and get_estimator(spec.name).exact_in_sim != "group" and k != 4)
                     ):
                         continue
                     tally, method, spent, kept = _score(spec, cell, config.reps)
@@ -336,7 +337,7 @@ def _equal_budget(
         v = prior_values(prior, population, rng=_rng(config.seed, "prior", prior.text))
         for spec in estimators:
             key = (spec.text, "fixed", prior.text, k_eq)
-            exactish = spec.name in EXACT_ESTIMATORS or spec.name in STATE_EXACT_ESTIMATORS
+            exactish = get_estimator(spec.name).exact_in_sim is not None
             if not exactish or spec.text not in ("grpo", r["estimator"]) or key in have:
                 continue
             have.add(key)
@@ -348,4 +349,4 @@ def _equal_budget(
     return out
 
 
-__all__ = ["EXACT_ESTIMATORS", "K_OPTION", "POOL_ALLOCATORS", "SimConfig", "SimResult", "run_simulation"]
+__all__ = ["SimConfig", "SimResult", "run_simulation"]

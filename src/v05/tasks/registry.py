@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from v05.names import build, lookup
+from v05.names import build, check_options, lookup
 from v05.tasks.arithmetic import ArithmeticTask
 from v05.tasks.base import Task
 from v05.tasks.gym import GymTask
@@ -91,9 +91,7 @@ def make_task(name: str, **options: object) -> Task:
     'arithmetic'
     """
     valid = task_options(name)
-    unknown = sorted(set(options) - set(valid))
-    if unknown:
-        raise ValueError(f"unknown option(s) {unknown} for task {name!r}; valid options: {', '.join(valid)}")
+    check_options(options, valid, "task", name)
     missing = [key for key, required in valid.items() if required and key not in options]
     if missing:
         raise ValueError(f"task {name!r} needs option(s) {missing}; valid options: {', '.join(valid)}")

@@ -21,16 +21,16 @@ def save_state(
     scheduler: Any,
     engine: Any,
     queue: Any,
-    est_state: Any,
+    method: Any,
     alloc_state: Any,
     provider: Any,
-    method: Any = None,
     guard: Any = None,
 ) -> None:
     """Write a checkpoint of the full training state after step ``c.step`` (atomic; see :mod:`v05.train.rundir`).
 
-    A value method's state goes with the tensors when it holds tensors (PPO's critic), else into state.json (POISE's
-    probe and buffer, JSON); the prior guard's (:class:`v05.priors.guard.PriorGuard`) into state.json.
+    The value method (:class:`v05.train.value.ValueMethod`) writes its own state: with the tensors when it holds
+    tensors (PPO's critic), else into state.json (a registered estimator's state, POISE's probe and buffer); the
+    prior guard's (:class:`v05.priors.guard.PriorGuard`) goes into state.json.
 
     Raises:
         OSError: the checkpoint could not be written (the previous one is left as it was).
@@ -51,13 +51,11 @@ def save_state(
     state = {
         "counters": dataclasses.asdict(c),
         "queue": queue.state_dict(),
-        "estimator": state_to_json(est_state),
         "allocator": state_to_json(alloc_state),
         "provider": provider.state_dict() if provider is not None else None,
         "prior_guard": guard.state_dict() if guard is not None and provider is not None else None,
     }
-    if method is not None:
-        (tensors if hasattr(method, "critic") else state)["method"] = method.state_dict()
+    method.save(tensors, state)
     save_checkpoint(run_dir, c.step, write_policy=write_policy, tensors=tensors, state=state,
                     keep=cfg.run.keep_checkpoints)  # fmt: skip
 

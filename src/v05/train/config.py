@@ -30,7 +30,7 @@ from omegaconf.errors import OmegaConfBaseException
 from v05._checks import error_line, reward_range_text
 from v05.engines.hf import GenerationConfig
 from v05.priors import PROVIDERS, check_provider_options
-from v05.registry import ALLOCATORS, CONTEXT_OPTIONS, get_allocator, get_estimator
+from v05.registry import ALLOCATORS, CONTEXT_OPTIONS, TRAINER_ESTIMATORS, get_allocator, get_estimator
 from v05.tasks import TASKS
 from v05.train.critic import CriticConfig
 from v05.train.features import FeatureConfig
@@ -473,11 +473,13 @@ def check_config(cfg: TrainConfig) -> None:
     if tr.overlong.enabled:
         need(0 < tr.overlong.buffer <= cfg.generation.max_new_tokens, "train.overlong.buffer",
              f"must lie in [1, generation.max_new_tokens={cfg.generation.max_new_tokens}]")  # fmt: skip
-    # estimator: a registered name (or the trainer's own gae), options it knows, a prior when it needs one
-    if cfg.estimator.name == "gae":
-        need(not cfg.estimator.options, "estimator.options", "gae takes its options from critic.* (gamma, lam, ...)")
+    # estimator: a registered name (or a trainer-only one), options it knows, a prior when it needs one
+    trainer_only = TRAINER_ESTIMATORS.get(cfg.estimator.name)
+    if trainer_only is not None:
+        name, model = cfg.estimator.name, trainer_only.value_model
+        need(not cfg.estimator.options, "estimator.options", f"{name} takes its options from {model}.*")
         need(cfg.allocator.name != "osla", "allocator.name",
-             "gae's advantages come from the critic; OSLA's prior test does not apply")  # fmt: skip
+             f"{name}'s advantages come from the {model}; OSLA's prior test does not apply")  # fmt: skip
         _check_rest(cfg, need)
         return
     try:
@@ -578,11 +580,10 @@ def _check_rest(cfg: TrainConfig, need: Any) -> None:
     need("batch_size" not in cfg.allocator.options, "allocator.options.batch_size",
          "is set by train.batch_size")  # fmt: skip
     need(cfg.allocator.pool_factor is None or cfg.allocator.pool_factor >= 1, "allocator.pool_factor", "must be >= 1")
+    if ALLOCATORS[cfg.allocator.name].uses_prior:  # the name was checked above
+        need(cfg.prior.name is not None, "prior.name", f"allocator {cfg.allocator.name!r} reads a prior: set it")
     if cfg.allocator.name == "osla":
-        need(cfg.prior.name is not None, "prior.name", "allocator 'osla' tests a prior: set prior.name")
         _check_osla_pairing(cfg)
-    if cfg.allocator.name == "prior_select":
-        need(cfg.prior.name is not None, "prior.name", "allocator 'prior_select' selects by a prior: set prior.name")
     try:
         get_allocator(cfg.allocator.name, batch_size=tr.batch_size, **cfg.allocator.options)
     except (ValueError, TypeError) as err:

@@ -5,16 +5,18 @@ Per step:
     prompts   = queue.take(pool)                          candidate pool (epochs over the finite train set)
     V, n0     = provider.predict(prompts)                 prior (when configured)
     alloc     = allocate(allocator, sample, ...)          rounds of rollouts; sample() = generate + verify
-    A         = estimate(estimator, rewards, group, ...)  any registered estimator, its state carried
+    A         = method.estimate(batch)                    the value method: a registered estimator (its state
+                                                          carried), POISE's probe or PPO's critic
     θ         ← AdamW(∇ clipped-surrogate loss)           ppo_epochs × micro-batches, grad clipping
+    method.after_update(...)                              the method learns the step (critic update, probe refit)
     provider.update(prompts, outcomes)                    the prior learns the step's outcomes
     metrics.jsonl, TensorBoard, eval every N, checkpoint every M
 
 The loop adds no math of its own: estimators and allocators come from :mod:`v05.registry`, priors from
-:mod:`v05.priors`, the loss from :mod:`v05.train.loss`. Reproducibility: the prompt order and every allocator rng are
+:mod:`v05.priors`, the loss from :mod:`v05.train.loss`, and it knows the value method only through the hooks of
+:class:`v05.train.value.ValueMethod`. Reproducibility: the prompt order and every allocator rng are
 pure functions of (seed, step); the rollout engine's RNG state, the weights, the optimizer, the scheduler and every
 estimator/prior/allocator state are checkpointed, so ``resume`` on CPU continues the uninterrupted run exactly.
-Seam for later methods (POISE probe, PPO critic): a value estimate is one more input to ``estimate`` per rollout.
 """
 
 from __future__ import annotations
@@ -37,7 +39,6 @@ from v05.engines.hf import HFEngine
 from v05.priors import make_provider
 from v05.priors.guard import PriorGuard
 from v05.registry import get_allocator
-from v05.rewards import to_pass_rate
 from v05.tasks import make_task
 from v05.train.checkpoint import checkpoint_step, export_policy, restore_state, save_state
 from v05.train.compute import ComputeMeter
@@ -54,14 +55,13 @@ from v05.train.step import (
     Sampler,
     check_overlong_buffer,
     concat_rollouts,
-    estimate_advantages,
     predict_prior,
     run_allocation,
     shape_rewards,
     update_policy,
     update_prior,
 )
-from v05.train.value import CriticMethod, PoiseMethod, make_value_method
+from v05.train.value import StepBatch, ValueMethod, make_value_method
 from v05.train.warmstart import ensure_warm_start, render_all, warm_policy
 
 logger = logging.getLogger(__name__)
@@ -189,11 +189,10 @@ def train(
     prior_texts = _prior_texts(cfg, provider, pool, texts)  # what the prior reads of each pool prompt
     if provider is not None:
         provider.prefetch(prior_texts)  # the pool's embeddings, once: steps only look them up
-    method = make_value_method(cfg, model)  # POISE's probe or PPO's critic; None for the registry's estimators
+    method = make_value_method(cfg, model, tokenizer)  # a registered estimator, POISE's probe or PPO's critic
     recompute = recompute_old_logp(cfg, model, method)
     queue = _queue(cfg, len(pool))
     guard = PriorGuard()  # the running mean that stands in when the provider raises or returns NaN
-    est_state: Any = None
     alloc_state: Any = None
     c = Counters()
     if ckpt is not None:
@@ -202,13 +201,12 @@ def train(
         _sync(engine, model)
         c = Counters(**state["counters"])
         queue.load_state_dict(state["queue"])
-        est_state, alloc_state = state_from_json(state["estimator"]), state_from_json(state["allocator"])
+        alloc_state = state_from_json(state["allocator"])
+        method.load(tensors, state)
         if provider is not None:
             provider.load_state_dict(state["provider"])
         if state.get("prior_guard") is not None:  # absent in checkpoints written before the guard
             guard.load_state_dict(state["prior_guard"])
-        if method is not None:
-            method.load_state_dict(state["method"] if "method" in state else tensors["method"])
         logger.info("resumed %s at step %d (%d rollouts)", run_dir, c.step, c.rollouts_total)
     probe_mark = 0  # the probe prior's token-passes already counted (its calibration refit lands in the next step)
     metrics = MetricsLog(run_dir, resume_step=c.step if ckpt is not None else None, tensorboard=cfg.run.tensorboard)
@@ -220,8 +218,8 @@ def train(
     def save() -> None:
         c.wall_time = time.perf_counter() - started
         try:
-            save_state(cfg, run_dir, c, model, optimizer, scheduler, engine, queue, est_state, alloc_state, provider,
-                       method, guard)  # fmt: skip
+            save_state(cfg, run_dir, c, model, optimizer, scheduler, engine, queue, method, alloc_state, provider,
+                       guard)  # fmt: skip
         except OSError as err:  # a full disk, an unwritable run directory: the previous checkpoint is untouched
             raise _stopped(f"the checkpoint of step {c.step} could not be written ({error_line(err)})") from err
 
@@ -279,37 +277,26 @@ def train(
             rewards, group, kept_pool = alloc.loss_batch()  # (N,), (N,), (G,) kept rollouts in draw order
             kept_rollouts = rollouts_all.select(alloc.kept[alloc.prompt])
 
-            # 3. advantages: the registered estimator (its state carried across steps), POISE's probe or the critic
-            shaped = shape_rewards(cfg, rewards, kept_rollouts)
-            est, advantages, value_g, extra, targets = None, None, None, {}, None
-            if prior_v is not None:
-                value_g = to_pass_rate(prior_v[kept_pool], cfg.train.reward_range)  # the prior's value per group
-            if len(rewards) and isinstance(method, PoiseMethod):
-                est, kept_rollouts, value_g, extra = method.estimate(
-                    cfg, step, model, tokenizer, kept_rollouts, shaped, group, keys[idx[kept_pool]], compute
-                )
-            elif len(rewards) and isinstance(method, CriticMethod):
-                advantages, est, value_g, targets = method.estimate(cfg, kept_rollouts, shaped, group, compute)
-            elif len(rewards):
-                est, est_state = estimate_advantages(
-                    cfg, step, shaped, group, kept_pool, idx, keys, prior_v, n0, est_state
-                )
+            # 3. advantages: the value method's (a registered estimator, POISE's probe or the critic)
+            out = None
+            if len(rewards):
+                batch = StepBatch(step, kept_rollouts, shape_rewards(cfg, rewards, kept_rollouts), group,
+                                  keys[idx[kept_pool]], prior=None if prior_v is None else prior_v[kept_pool],
+                                  n0=None if n0 is None else n0[kept_pool])  # fmt: skip
+                out = method.estimate(batch, compute)
             timing["estimate"] += time.perf_counter() - t0 - timing["generate"] - timing["verify"]
 
-            # 4. the policy update (ppo_epochs × micro-batches); a separate critic learns after it
+            # 4. the policy update (ppo_epochs × micro-batches); then the method learns the step
             t0 = time.perf_counter()
             upd = {}
-            if est is not None:
-                head = None
-                if isinstance(method, CriticMethod):
-                    head = method.head_terms(cfg, kept_rollouts, targets, compute)
+            if out is not None:
+                value_terms, value_optimizer = method.joint_loss(out, compute)
                 _begin_schedule(cfg, scheduler, c, alloc.n_rollouts)
                 try:
                     upd = update_policy(
-                        cfg, model, reference, optimizer, scheduler, kept_rollouts, group,
-                        est.advantages if advantages is None else advantages, compute=compute,
-                        recompute_old_logp=recompute, value_terms=head,
-                        value_optimizer=None if head is None else method.critic.optimizer,
+                        cfg, model, reference, optimizer, scheduler, out.rollouts, group, out.advantages,
+                        compute=compute, recompute_old_logp=recompute, value_terms=value_terms,
+                        value_optimizer=value_optimizer,
                     )  # fmt: skip
                 except Exception as err:
                     if not _is_out_of_memory(err):
@@ -318,8 +305,7 @@ def train(
                         f"step {step}: out of memory in the policy update ({error_line(err)}): lower "
                         f"train.micro_batch_size (now {cfg.train.micro_batch_size}; a resume may change it)"
                     ) from err
-                if isinstance(method, CriticMethod):
-                    upd |= method.update(cfg, kept_rollouts, targets, compute)
+                upd |= method.after_update(out, compute)
                 _sync(engine, model)  # an engine with its own copy of the weights (vLLM) follows the update
             timing["update"] += time.perf_counter() - t0
 
@@ -342,8 +328,9 @@ def train(
             c.verifier_failures += sum(s.failures for s in scores)
             c.wall_time = time.perf_counter() - started
             row = step_metrics(
-                cfg, c, alloc, rewards, group, est, upd | extra, scores, rollouts_all, provider, timing,
-                value_g=value_g, compute=compute,
+                cfg, c, alloc, rewards, group, None if out is None else out.estimate,
+                upd | ({} if out is None else out.metrics), scores, rollouts_all, provider, timing,
+                value_g=None if out is None else out.value_g, compute=compute,
             )  # fmt: skip
             row["time/step"] = time.perf_counter() - t_step
             row["engine_retries"] = sample.retried
@@ -434,17 +421,17 @@ def _begin_schedule(cfg: TrainConfig, scheduler: LRSchedule, c: Counters, step_r
         scheduler.begin_step(c.step, 1)
 
 
-def recompute_old_logp(cfg: TrainConfig, model: Any, method: Any) -> bool:
+def recompute_old_logp(cfg: TrainConfig, model: Any, method: ValueMethod) -> bool:
     """Whether the update recomputes old log-probs with the training forward (``train.recompute_old_logp``).
 
     ``auto``: when the policy is not float32 (``generate``'s KV-cached bf16/fp16 logits differ from the training
-    forward, so the first epoch's ratio would not be 1), except for POISE, whose feature pass already recomputes
-    them with the training forward.
+    forward, so the first epoch's ratio would not be 1), unless the value method's own pass already recomputes them
+    with the training forward (``method.recomputes_old_logp``: POISE's feature pass).
     """
     mode = cfg.train.recompute_old_logp
     if mode != "auto":
         return mode == "always"
-    return next(model.parameters()).dtype != torch.float32 and not isinstance(method, PoiseMethod)
+    return next(model.parameters()).dtype != torch.float32 and not method.recomputes_old_logp
 
 
 def _reference_model(cfg: TrainConfig, model: Any) -> Any:

@@ -1,7 +1,8 @@
 """One training step's parts, in the order the loop calls them.
 
-Prior → allocation (generate + verify) → advantages → policy update → the prior learns. Each is a thin translation
-to the library's registry, allocators, prior providers and loss; :mod:`v05.train.loop` reads them top to bottom.
+Prior → allocation (generate + verify) → advantages (:mod:`v05.train.value`) → policy update → the prior learns.
+Each is a thin translation to the library's registry, allocators, prior providers and loss; :mod:`v05.train.loop`
+reads them top to bottom.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from v05.engines.logprobs import sequence_logprobs
 from v05.groups import group_index
 from v05.priors import group_outcomes
 from v05.priors.guard import PriorGuard
-from v05.registry import estimate, get_allocator, get_estimator
-from v05.rewards import from_pm1, to_pm1
+from v05.registry import get_allocator
+from v05.rewards import score_to_reward_scale, to_pm1
 from v05.train.compute import ComputeMeter
 from v05.train.config import TrainConfig
 from v05.train.forward import prefix_rows, shared_prefix_logprobs
@@ -99,9 +100,8 @@ def predict_prior(
     """
     if provider is None:
         return None, None, 0
-    pred, n_fallback = guard.predict(provider, [str(k) for k in keys], texts)
-    v = np.clip(np.asarray(pred.mean, np.float64), -1.0, 1.0)  # providers predict in ±1 space
-    return from_pm1(v, cfg.train.reward_range), np.asarray(pred.n0, np.float64), n_fallback
+    pred, n_fallback = guard.predict(provider, [str(k) for k in keys], texts)  # providers predict in ±1 space
+    return score_to_reward_scale(pred.mean, cfg.train.reward_range), np.asarray(pred.n0, np.float64), n_fallback
 
 
 def run_allocation(
@@ -163,27 +163,6 @@ def check_overlong_buffer(cfg: TrainConfig, task: Any, pool: list, tokenizer: An
             f"tokens (EOS included); set train.overlong.buffer <= {cfg.generation.max_new_tokens - longest} or raise "
             f"generation.max_new_tokens to >= {longest + o.buffer}"
         )
-
-
-def estimate_advantages(
-    cfg: TrainConfig,
-    step: int,
-    rewards: np.ndarray,
-    group: np.ndarray,
-    kept_pool: np.ndarray,
-    idx: np.ndarray,
-    keys: np.ndarray,
-    prior_v: np.ndarray | None,
-    n0: np.ndarray | None,
-    state: Any,
-) -> tuple[Any, Any]:
-    """Advantages of the kept rollouts from the registered estimator; returns (estimate, its next state)."""
-    spec = get_estimator(cfg.estimator.name)
-    prior = prior_v[kept_pool] if spec.uses_prior and prior_v is not None else None
-    fed = n0[kept_pool] if prior is not None and cfg.prior.feed_n0 and n0 is not None else None
-    kw = spec.bind(cfg.estimator.options, prior=prior, n0=fed, state=state, prompt_ids=keys[idx[kept_pool]], step=step)
-    est = estimate(cfg.estimator.name, rewards, group, reward_range=cfg.train.reward_range, **kw)
-    return est, est.state if spec.stateful else state
 
 
 def update_prior(
@@ -383,7 +362,6 @@ __all__ = [
     "Sampler",
     "check_overlong_buffer",
     "concat_rollouts",
-    "estimate_advantages",
     "RolloutFailure",
     "predict_prior",
     "run_allocation",
