@@ -64,7 +64,8 @@ def test_smollm2_demo_plan_is_the_real_model_with_lora_chat_sft_and_one_budget()
         assert (cfg.warmup.sft.lr, cfg.warmup.sft.batch_size) == (3.0e-5, 16)
         assert cfg.warmup.sft.max_steps * cfg.warmup.sft.batch_size <= cfg.warmup.n_examples
         assert cfg.generation.max_new_tokens == 8
-        assert cfg.train.max_rollouts == 768 and cfg.eval.every_rollouts == 256 and not cfg.eval.greedy
+        assert cfg.train.max_rollouts == 768 and cfg.eval.every_rollouts == 384 and not cfg.eval.greedy
+        assert cfg.eval.size == 128
     by_name = dict(zip(DEMO_CONFIGS, cfgs, strict=True))
     for name in ("demo-grpo16", "demo-grpo4", "v05-recommended"):
         cfg = by_name[name]

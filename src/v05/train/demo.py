@@ -97,7 +97,8 @@ SMOLLM2_DEMO = DemoPolicy(
         "optim.warmup_steps=2",
     ),
     regimes={"hard": ("warmup.sft.target_pass_rate=0.15",)},
-    budget=("train.max_rollouts=768", "eval.every_rollouts=256", "eval.greedy=false", "run.checkpoint_every=4"),
+    budget=("train.max_rollouts=768", "eval.every_rollouts=384", "eval.size=128", "eval.greedy=false",
+            "run.checkpoint_every=4"),
     methods={
         "demo-grpo16": ("train.batch_size=4",),
         "demo-grpo4": ("train.batch_size=16",),
@@ -111,16 +112,19 @@ SMOLLM2_DEMO = DemoPolicy(
   256-prompt eval split and a 128-prompt validation split drawn first (``held_out_first``). As it comes the model
   scores 0 % on it (``benchmarks/lm_start.py``: it answers in sentences).
 - Warm start: a chat-form SFT of every weight (float32), the gold answer as the assistant turn, 16 examples a step at
-  lr 3e-5, stopped once the sampled pass rate on the validation split reaches 15 % (checked every 5 steps; a pilot
-  reached it in ~40 steps); cached like the tiny policy's.
+  lr 3e-5, stopped once the sampled pass rate on the validation split reaches 15 % (checked every 5 steps; pilots
+  reached it in 25-40 steps); cached like the tiny policy's.
 - RL: a LoRA adapter (r = 8, alpha = 16, attention projections) on the bf16 base, 8 new tokens (the longest answer,
-  "-99" or "198", is a few tokens plus the end of turn), the configs' learning rate (1e-4, not tuned for this model) after a 2-step warm-up (the configs' 10 would
-  span most of a 12-step run).
-- Budget: 64 rollouts a step for every method (GRPO 16 × 4 prompts and 4 × 16, V0.5 16 prompts × 4 plus OSLA's extras,
-  ``v05-recommended`` 1 × 64), 768 rollouts a method (12 steps), sampled eval on the 256 eval prompts every 256
-  rollouts and at the start. Sizing: an RL step of 64 rollouts costs ~20-70 s on the 2-core machine (generation,
-  scoring and a LoRA forward + backward), so a method's 12 steps take ~4-14 min and its 4 evals ~1-2 min; four methods
-  plus the warm start (~5 min) make about an hour.
+  "-99" or "198", is a few tokens plus the end of turn), the configs' learning rate (1e-4, not tuned for this
+  model) after a 2-step warm-up (the configs' 10 would span most of a 12-step run).
+- Budget: 64 rollouts a step for every method (GRPO 16 × 4 prompts and 4 × 16, V0.5 16 prompts × 4 plus OSLA's
+  extras, ``v05-recommended`` 1 × 64), 768 rollouts a method (12 steps), a sampled eval on the first 128 eval prompts
+  at the start, at 384 rollouts and at the end. Sizing, from a pilot on the 2-core machine under a load average of
+  ~10 (``v05 demo --policy smollm2 --configs demo-grpo4 train.max_rollouts=128 eval.every_rollouts=64``): the warm
+  start took 25 SFT steps, 390 s; a 64-rollout RL step 57 s (generate 30 s, update 27 s); an eval of 256 prompts
+  ~150 s. A method is then 12 × 57 s + 3 × 75 s ≈ 15 min and the demo ≈ 4 × 15 + 7 ≈ 67 min on a loaded machine
+  (k = 1 updates cost more: each rollout carries its own prompt); a quiet one
+  (``benchmarks/results/train/bench_train_smollm2.json``: ~14 s per 32-rollout step) about halves the RL part.
 """
 
 DEMO_POLICIES: dict[str, DemoPolicy] = {"tiny": TINY_DEMO, "smollm2": SMOLLM2_DEMO}
