@@ -5,7 +5,9 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from tests.grid._grids import REPO
+import yaml
+
+from tests.grid._grids import REPO, write_grid
 from v05.grid.cells import grid_cells, tuning_cells
 from v05.grid.spec import load_grid
 from v05.train.config import to_yaml
@@ -69,3 +71,20 @@ def test_the_prior_pay_grid_resolves(tmp_path):
     per_step = {c.method.name: c.cfg.train.batch_size * (c.cfg.allocator.options.get("k") or 1) for c in cells
                 if c.cfg.allocator.name in ("fixed", "prior_select")}  # fmt: skip
     assert set(per_step.values()) == {128}, per_step  # 128 rollouts a step, whatever k
+
+
+def test_a_method_with_tasks_is_planned_on_those_task_settings_only(tmp_path, tiny_grid):
+    """`tasks: [tiny-hard]` on a method: its comparison and tuning cells exist on tiny-hard only, every other method
+    keeps its cells on both task settings."""
+    body = yaml.safe_load(tiny_grid.read_text())
+    body["methods"]["v05_k2"]["tasks"] = ["tiny-hard"]
+    body["tuning"] = {"seed": 7, "methods": ["rloo", "v05_k2"], "settings": {"half": {"batch_scale": 0.5}}}
+    grid = load_grid(write_grid(tiny_grid, body))
+    assert grid.methods[2].tasks == ("tiny-hard",) and grid.methods[0].tasks == ()
+    default = {(t.name, m): "default" for t in grid.tasks for m in grid.tuning.methods}
+    planned = {(c.task.name, c.method.name) for c in grid_cells(grid, tmp_path, choices=default)}
+    assert planned == {("tiny-easy", "grpo4"), ("tiny-easy", "rloo"), ("tiny-hard", "grpo4"), ("tiny-hard", "rloo"),
+                       ("tiny-hard", "v05_k2")}  # fmt: skip
+    assert len(grid_cells(grid, tmp_path, choices=default)) == len(planned) * 2  # two seeds each
+    tune = {(c.task.name, c.method.name) for c in tuning_cells(grid, tmp_path)}
+    assert tune == {("tiny-easy", "rloo"), ("tiny-hard", "rloo"), ("tiny-hard", "v05_k2")}

@@ -104,3 +104,27 @@ def test_the_pool_regimes_share_their_eval_split_within_a_task_setting():
     fresh = make_task(by["arithmetic-hard-fresh"].name, **by["arithmetic-hard-fresh"].options)
     assert revisited.eval_prompts() == fresh.eval_prompts()
     assert len(fresh.train_prompts()) >= 38400 > 10 * len(revisited.train_prompts())
+
+
+def test_method_tasks_name_task_settings_of_the_grid(tmp_path):
+    """A method's `tasks:` lists distinct task settings of the grid (not empty); the reference and a recommendation
+    candidate run everywhere (the tables compare to the reference on every task setting; the pick averages over
+    them all)."""
+    good = {"name": "g", "tasks": {"a": {"regime": "easy"}, "b": {"regime": "hard"}},
+            "methods": {"grpo4": "demo-grpo4", "rloo": {"config": "demo-rloo", "tasks": ["b"]}}}  # fmt: skip
+    assert load_grid(write_grid(tmp_path / "ok.yaml", good)).methods[1].tasks == ("b",)
+    only = {"config": "demo-rloo", "tasks": ["b"]}
+    bad = [
+        ({"rloo": {"config": "demo-rloo", "tasks": ["c"]}}, "method 'rloo' tasks must list distinct task settings"),
+        ({"rloo": {"config": "demo-rloo", "tasks": []}}, "method 'rloo' tasks must list"),
+        ({"rloo": {"config": "demo-rloo", "tasks": ["b", "b"]}}, "method 'rloo' tasks must list"),
+        ({"rloo": {"config": "demo-rloo", "tasks": "b"}}, "method 'rloo' tasks must list"),
+        ({"grpo4": {"config": "demo-grpo4", "tasks": ["a"]}}, "the reference 'grpo4' must run on every task setting"),
+    ]
+    for methods, message in bad:
+        with pytest.raises(ValueError, match=message):
+            load_grid(write_grid(tmp_path / "bad.yaml", {**good, "methods": {**good["methods"], **methods}}))
+    tuned = {**good, "methods": {"grpo4": "demo-grpo4", "rloo": only},
+             "tuning": {"seed": 7, "methods": ["rloo"], "settings": {"x": {"batch_scale": 0.5}}, "recommend": ["rloo"]}}
+    with pytest.raises(ValueError, match="recommend candidate.*rloo must run on every task setting"):
+        load_grid(write_grid(tmp_path / "bad.yaml", tuned))
