@@ -19,6 +19,7 @@ import torch
 import transformers
 
 from v05.datasets.v0 import load_v0
+from v05.grid.spec import load_grid
 from v05.priors.embeddings import Embedder, HFEncoderBackend, SentenceTransformerBackend
 from v05.priors.head_registry import make_head
 from v05.priors.heads import check_tabpfn_checkpoint
@@ -29,7 +30,6 @@ from v05.tasks.math_file import MathFileTask
 from v05.train.checkpoint import restore_state
 from v05.train.config import load_config, to_yaml
 from v05.train.loop import train
-from v05.train.matrix import load_grid
 from v05.train.policy import PolicyConfig, build_char_tokenizer, load_policy
 from v05.train.rundir import load_checkpoint
 

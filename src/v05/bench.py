@@ -6,7 +6,9 @@
   plus the cold import time of ``v05``. The fair anchor for speed is the vectorised verl and the bare numpy form;
   the loop form is what verl's default ``grpo`` runs.
 - ``priors``: prompts/s of the default prior backend (embed + predict; ``v05.priors.evaluate.benchmark_throughput``).
-- ``train`` / ``matrix``: the trainer against TRL, and the evidence grid at equal rollouts (:mod:`v05.train.bench`).
+
+The other benches register beside these (``v05.cli.BENCHES``): ``train`` and ``trl-parity``, the trainer against TRL
+(:mod:`v05.adapters.cli`), and ``matrix``, a results grid at equal rollouts (:mod:`v05.grid.cli`).
 
 Every quoted timing is a median over interleaved rounds (each round times every contender once, in a fixed order),
 reported with its spread (min–max and interquartile range over the rounds): one disturbed round moves the median
@@ -229,11 +231,8 @@ def _run_priors(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Add ``v05 bench core|priors``."""
-    p = sub.add_parser("bench", help="speed benchmarks (estimators vs verl; prior throughput)")
-    bsub = p.add_subparsers(dest="bench", metavar="BENCH")
-    bsub.required = True
+def register_bench(bsub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add ``v05 bench core`` and ``v05 bench priors`` to the ``v05 bench`` subcommands."""
     core = bsub.add_parser("core", help="estimator speed vs numpy and verl GRPO (loop and vectorised), import time")
     core.add_argument("--n-rollouts", type=int, default=1 << 20, help="rollouts in the batch (default 1,048,576)")
     core.add_argument("--n-groups", type=int, default=1 << 16, help="ragged groups in the batch (default 65,536)")
@@ -247,6 +246,3 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     pri.add_argument("--backend", default="minilm", help="prior embedding backend (default minilm)")
     pri.add_argument("--json", help="write the results to this JSON file")
     pri.set_defaults(func=_run_priors)
-    from v05.train.bench import register_benches  # noqa: PLC0415 (numpy at import; torch only when they run)
-
-    register_benches(bsub)

@@ -15,11 +15,17 @@ import importlib
 import logging
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from v05.extras import EXTRAS, missing_dependency_message
 
 # module path of each subcommand group; imported lazily so `v05 --help` stays fast and torch-free.
-SUBCOMMANDS = ("v05.train.demo", "v05.train.cli", "v05.report.cli", "v05.sim.cli", "v05.priors.cli", "v05.bench")
+SUBCOMMANDS = ("v05.train.demo", "v05.train.cli", "v05.report.cli", "v05.sim.cli", "v05.priors.cli")
+
+BENCHES = ("v05.bench", "v05.adapters.cli", "v05.grid.cli")
+"""Module path of each group of ``v05 bench`` subcommands (each exposes ``register_bench(subparsers)``): the core
+and prior benches, the trainer against TRL, the results grid. Composed here, at the top, so that no bench module
+imports another layer's."""
 
 log = logging.getLogger("v05")
 
@@ -39,15 +45,26 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for name in SUBCOMMANDS:
+    for module in _present(SUBCOMMANDS):
+        module.register(sub)
+    bench = sub.add_parser("bench", help="speed benchmarks (estimators vs verl; prior throughput) and comparisons")
+    bsub = bench.add_subparsers(dest="bench", metavar="BENCH")
+    bsub.required = True
+    for module in _present(BENCHES):
+        module.register_bench(bsub)
+    return parser
+
+
+def _present(names: Sequence[str]) -> list[Any]:
+    """The modules of ``names`` that this build of the package has (a missing dependency still raises)."""
+    modules = []
+    for name in names:
         try:
-            module = importlib.import_module(name)
+            modules.append(importlib.import_module(name))
         except ModuleNotFoundError as err:
             if err.name != name:  # a dependency is missing: say so rather than hide the subcommand
                 raise
-            continue  # that part of the package is not present in this build
-        module.register(sub)
-    return parser
+    return modules
 
 
 def main(argv: Sequence[str] | None = None) -> int:

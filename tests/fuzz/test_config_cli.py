@@ -1,5 +1,5 @@
 """Fuzz the configuration files and the command line: ``v05.train.config.load_config`` (YAML files and dotted
-overrides), ``v05.train.matrix.load_grid`` (grid files), the report loaders, and ``v05.cli.main`` for every
+overrides), ``v05.grid.spec.load_grid`` (grid files), the report loaders, and ``v05.cli.main`` for every
 subcommand (train, demo, report, simulate, prior eval, bench core / priors / train / matrix).
 
 Contract: ``load_config`` and the loaders raise ``ValueError`` naming the field or file (a config that loads has only
@@ -29,9 +29,9 @@ pytest.importorskip("omegaconf")
 pytest.importorskip("torch")
 
 from v05.cli import main  # noqa: E402
+from v05.grid.spec import load_grid  # noqa: E402
 from v05.report.runs import find_run_dirs, group_runs, load_runs, mean_curve, summary_table  # noqa: E402
 from v05.train.config import TrainConfig, load_config, packaged_configs  # noqa: E402
-from v05.train.matrix import load_grid  # noqa: E402
 
 pytestmark = pytest.mark.fuzz
 

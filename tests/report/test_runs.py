@@ -14,11 +14,11 @@ from v05.report.runs import (
     load_run,
     load_runs,
     mean_curve,
-    mean_se,
     moving_average,
     rollouts_to_reach,
     summary_table,
 )
+from v05.stats import mean_se
 
 
 def test_resumed_run_last_line_of_a_step_wins(tmp_path):

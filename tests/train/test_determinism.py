@@ -12,7 +12,7 @@ one runs the CLI in two processes with different ``PYTHONHASHSEED`` (the in-proc
 Already covered elsewhere and not repeated here: resume reproduces the uninterrupted run
 (``tests/train/test_loop.py::test_resume_reproduces_the_uninterrupted_run``, and for POISE, PPO and the probe prior
 ``tests/train/test_value.py::test_resume_reproduces_runs_with_probe_critic_or_probe_prior``); an interrupted bench
-cell resumes exactly (``tests/train/test_matrix.py::test_an_interrupted_cell_resumes_exactly``); the SFT warm start
+cell resumes exactly (``tests/grid/test_run.py::test_an_interrupted_cell_resumes_exactly``); the SFT warm start
 (``tests/train/test_sft.py::test_same_seed_same_training``), the tiny policy's initialisation
 (``tests/train/test_policy.py::test_tiny_policy_seed_is_private_and_deterministic``) and the HF engine's sampling
 (``tests/engines/test_hf.py::test_same_seed_same_rollouts_and_global_rng_untouched``) are deterministic per seed.

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from v05.grid.spec import load_grid
 from v05.tasks import make_task
 from v05.train import demo as demo_module
 from v05.train import warmstart
 from v05.train.config import load_config, to_yaml
 from v05.train.demo import DEMO_CONFIGS, DEMO_REGIMES, config_label, run_demo
 from v05.train.loop import TrainResult
-from v05.train.matrix import load_grid
 from v05.train.sft import SFTResult
 
 GRIDS = Path(__file__).resolve().parents[2] / "benchmarks" / "grids"

@@ -1,5 +1,7 @@
 """Engine adapters: thin translators between v05's estimators/priors and an RL engine, one module per engine.
 
 ``v05.adapters.trl`` is the only module that imports TRL (``pip install 'v05[trl]'``). Importing this package
-imports no engine.
+imports no engine. Beside the adapters sit the benches that drive both v05's trainer and TRL through them
+(``trl_bench``: ``v05 bench train``; ``trl_parity``: ``v05 bench trl-parity``; their parsers in ``cli``): they
+import the trainer and the TRL adapter, so they live above both.
 """

@@ -21,6 +21,7 @@ import numpy as np
 
 from v05._checks import error_line
 from v05._types import FloatArray, IntArray
+from v05.stats import crossing_ratio, curve_difference, first_crossing, mean_se, paired_summary
 
 log = logging.getLogger(__name__)
 
@@ -202,19 +203,6 @@ def group_runs(runs: Sequence[Run]) -> dict[str, list[Run]]:
     return groups
 
 
-def mean_se(values: Sequence[float]) -> tuple[float | None, float | None]:
-    """Mean and standard error, SE = std(ddof=1)/√n (0 for one value; None, None for none).
-
-    >>> mean_se([1.0, 3.0])  # std(ddof=1) = √2, / √2 = 1
-    (2.0, 1.0)
-    """
-    if not values:
-        return None, None
-    v = np.asarray(values, dtype=np.float64)
-    se = float(v.std(ddof=1) / math.sqrt(v.size)) if v.size > 1 else 0.0
-    return float(v.mean()), se
-
-
 def moving_average(y: FloatArray, window: int) -> FloatArray:
     """Trailing moving average: out[i] = mean(y[max(0, i − window + 1) : i + 1]); same length, no look-ahead.
 
@@ -298,23 +286,6 @@ class Reach:
     """Each seed's value (None: never reached), in group order."""
 
 
-def first_crossing(x: FloatArray, y: FloatArray, target: float) -> float | None:
-    """The x at which the curve y(x), linear between its points, first reaches ``target`` (None: never).
-
-    With y = 0.2 at x = 100 and 0.4 at 200, a target of 0.3 is reached at 150; a target met at the first point
-    gives that point's x.
-    """
-    hit = np.flatnonzero(y >= target)
-    if hit.size == 0:
-        return None
-    i = int(hit[0])
-    if i == 0:  # reached at the first evaluation: nothing earlier to interpolate from
-        return float(x[0])
-    # y[i-1] < target <= y[i]: linear interpolation between the two evaluations
-    frac = (target - y[i - 1]) / (y[i] - y[i - 1])
-    return float(x[i - 1] + frac * (x[i] - x[i - 1]))
-
-
 @overload
 def rollouts_to_reach(run_or_group: Run, target: float, *, x_key: str = ROLLOUTS_KEY) -> float | None: ...
 @overload
@@ -352,6 +323,42 @@ def rollouts_to_reach(
 
 def _reach_one(run: Run, target: float, x_key: str = ROLLOUTS_KEY) -> float | None:
     return first_crossing(*run.series_vs(x_key, EVAL_KEY), target)
+
+
+def mean_curve_crossing(runs: Sequence[Run], target: float, x_key: str = ROLLOUTS_KEY) -> float | None:
+    """The ``x_key`` at which the seed-mean eval curve (:func:`mean_curve`) first reaches ``target`` (None: never).
+
+    Unlike :func:`rollouts_to_reach` on a group (the mean of each seed's crossing), a seed whose curve never reaches
+    the target still counts: the seed-mean curve is the quantity the grid's ratios compare.
+    """
+    curve = mean_curve(runs, x_key)
+    return first_crossing(curve.x, curve.mean, target) if curve.n_seeds else None
+
+
+def paired_difference(runs: Sequence[Run], reference: Sequence[Run]) -> dict[str, Any]:
+    """Eval − reference eval, seed by seed, averaged over the rollout grid both cover; mean ± SE over seeds.
+
+        d_s = mean_{x ∈ grid_s} (y_s(x) − y^ref_s(x)),   grid_s = eval points of either run in the common range,
+        mean = (1/n) Σ d_s,   se = std(d, ddof=1)/√n
+
+    Runs of one seed share the warm start and the prompt order, so d_s cancels most of the seed-to-seed spread
+    (:func:`v05.stats.curve_difference`, :func:`v05.stats.paired_summary`). Seeds missing from either group, or
+    whose curves share no range, are left out.
+
+    Returns:
+        ``{"mean", "se", "n", "ci95"}``: ci95 the 95 % Student-t interval of the per-seed d_s (None where no seed
+        pairs up, or with one seed; se 0 with one seed).
+    """
+    ref = {r.seed: r for r in reference}
+    diffs = []
+    for run in runs:
+        other = ref.get(run.seed)
+        if other is None:
+            continue
+        d = curve_difference(*run.series_vs(ROLLOUTS_KEY, EVAL_KEY), *other.series_vs(ROLLOUTS_KEY, EVAL_KEY))
+        if d is not None:
+            diffs.append(d)
+    return paired_summary(diffs)
 
 
 def seed_mean(runs: Sequence[Run], key: str) -> float | None:
@@ -431,8 +438,8 @@ def summary_table(
             _per_seed(runs, lambda r: float(v.max()) if (v := r.series(EVAL_KEY)[1]).size else None)
         )
         r, rc = reach[name], reach_c[name]
-        ratio = r.mean / ref_reach if r is not None and r.mean is not None and ref_reach else None
-        ratio_c = rc.mean / ref_reach_c if rc is not None and rc.mean is not None and ref_reach_c else None
+        ratio = crossing_ratio(r.mean if r is not None else None, ref_reach)
+        ratio_c = crossing_ratio(rc.mean if rc is not None else None, ref_reach_c)
         rows.append(
             {
                 "method": name,
@@ -474,9 +481,9 @@ __all__ = [
     "load_run",
     "load_runs",
     "mean_curve",
-    "mean_se",
+    "mean_curve_crossing",
     "moving_average",
-    "first_crossing",
+    "paired_difference",
     "rollouts_to_reach",
     "seed_mean",
     "summary_table",

@@ -28,6 +28,7 @@ from v05._types import BoolArray, FloatArray, IntArray
 from v05.estimators import Estimate
 from v05.groups import segment_count, segment_sum
 from v05.rewards import to_pass_rate
+from v05.stats import mean_se
 
 ZERO_ADV_TOL = 1e-12
 """|A| below this counts as a zero advantage."""
@@ -183,7 +184,7 @@ class Tally:
         n_s = self.sampled[seen]
         var_ws = np.where((n_s > 1) & (n_s >= w - 1e-9), var_ws * n_s / np.maximum(n_s - 1, 1), var_ws)
         reps = [a / b for a, b in self.rep_mse.values() if b > 0]
-        se = float(np.std(reps, ddof=1) / np.sqrt(len(reps))) if len(reps) > 1 else 0.0
+        se = mean_se(reps)[1] or 0.0  # 0 with one replicate or none
         return {
             "mse": float(np.mean(self.w_mse[seen] / w)),
             "mse_se": se,

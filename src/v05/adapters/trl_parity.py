@@ -46,12 +46,21 @@ from tqdm.auto import tqdm
 from transformers import TrainerCallback
 
 from v05.adapters.trl import trl_trainer
-from v05.report.runs import EVAL_KEY, ROLLOUTS_KEY, Run, first_crossing, load_run, mean_curve, mean_se
+from v05.hardware import hardware_label
+from v05.report.runs import (
+    EVAL_KEY,
+    ROLLOUTS_KEY,
+    Run,
+    load_run,
+    mean_curve,
+    mean_curve_crossing,
+    paired_difference,
+)
+from v05.stats import crossing_ratio, first_crossing, mean_se, t_interval
 from v05.tasks import make_task
 from v05.train.config import TrainConfig, load_config
 from v05.train.evaluation import evaluate
 from v05.train.loop import train
-from v05.train.matrix import hardware_label, paired_difference, t_interval
 from v05.train.policy import load_policy, set_cpu_threads
 from v05.train.warmstart import ensure_warm_start, render_all, warm_policy
 
@@ -191,8 +200,7 @@ def _ratio_vs(run: Run, reference: Run) -> float | None:
     """Rollouts ``run`` needs to reach ``reference``'s final eval, over the reference's own (None: never)."""
     x, y = run.series_vs(ROLLOUTS_KEY, EVAL_KEY)
     xr, yr = reference.series_vs(ROLLOUTS_KEY, EVAL_KEY)
-    mine, ref = first_crossing(x, y, float(yr[-1])), first_crossing(xr, yr, float(yr[-1]))
-    return None if mine is None or not ref else mine / ref
+    return crossing_ratio(first_crossing(x, y, float(yr[-1])), first_crossing(xr, yr, float(yr[-1])))
 
 
 def _interval(values: Sequence[float]) -> list[float] | None:
@@ -240,12 +248,11 @@ def parity_results(curves: dict[tuple[str, str, int], list[dict[str, Any]]], wal
 
 def _reach(group: Sequence[Run], reference: Sequence[Run]) -> float | None:
     """Rollout ratio of the seed-mean curves: rollouts to reach the reference's seed-mean final, over its own."""
-    curve, rc = mean_curve(group, ROLLOUTS_KEY), mean_curve(reference, ROLLOUTS_KEY)
-    if not curve.n_seeds or not rc.n_seeds:
+    rc = mean_curve(reference, ROLLOUTS_KEY)
+    if not rc.n_seeds:
         return None
     target = float(rc.mean[-1])
-    mine, ref = first_crossing(curve.x, curve.mean, target), first_crossing(rc.x, rc.mean, target)
-    return None if mine is None or not ref else mine / ref
+    return crossing_ratio(mean_curve_crossing(group, target), mean_curve_crossing(reference, target))
 
 
 def bench_trl_parity(

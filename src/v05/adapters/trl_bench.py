@@ -1,21 +1,19 @@
-"""``v05 bench train``, ``matrix`` and ``trl-parity``: throughput against TRL, the evidence grid, runner parity.
+"""``v05 bench train``: rollouts/s of ``v05 train`` and of TRL's ``GRPOTrainer`` on the same policy, task and k.
 
-- ``train``: rollouts/s of ``v05 train`` and of TRL's ``GRPOTrainer`` on the same policy (the tiny one from its cached
-  SFT warm start, or ``--policy smollm2``: SmolLM2-135M-Instruct as it comes, optionally with ``--lora``), task,
-  prompts per step and k, each side timed over a fixed wall-clock window and the sides interleaved for
-  several rounds in one process (median ratio and its spread); and v05's overhead — prior, allocator and estimator
-  time (embeddings cached) as a fraction of step time — for GRPO and for the V0.5 configs.
-- ``matrix``: a declared grid of task settings × methods × seeds at one budget (:mod:`v05.train.matrix`): sample
-  efficiency in rollouts and in compute against the reference GRPO, paired differences, the paper's diagnostics.
-- ``trl-parity``: :mod:`v05.train.trl_parity`.
+The policy is the tiny one from its cached SFT warm start, or ``--policy smollm2`` (SmolLM2-135M-Instruct as it
+comes, optionally with ``--lora``); both sides use the same task, prompts per step and k, each side is timed over a
+fixed wall-clock window and the sides are interleaved for several rounds in one process (median ratio and its
+spread); and v05's overhead — prior, allocator and estimator time (embeddings cached) as a fraction of step time —
+for GRPO and for the V0.5 configs.
+
+It sits at the adapters' level, beside :mod:`v05.adapters.trl_parity`: it drives the trainer (:mod:`v05.train`) and
+TRL's side (:mod:`v05.adapters.trl`); its parser is :mod:`v05.adapters.cli`'s.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import functools
-import json
 import logging
 import os
 import shutil
@@ -24,8 +22,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from v05.adapters.trl import trl_grpo_rollouts_per_s
+from v05.tasks import make_task
 from v05.timing import Spread, interleave, spread
-from v05.train.cli import require_trainer
+from v05.train.config import load_config
+from v05.train.loop import train
+from v05.train.policy import load_policy, set_cpu_threads
+from v05.train.warmstart import ensure_warm_start, render_all, warm_policy
 
 logger = logging.getLogger(__name__)
 
@@ -76,8 +79,6 @@ def _v05_window(cfg: Any, run_dir: Path, window_s: float) -> dict[str, float]:
     The clock is the loop's own ``time/step`` (generate + verify + prior + allocate + estimate + update); setup,
     metrics writing and the untimed first steps fall outside it. The run stops without a final checkpoint.
     """
-    from v05.train.loop import train  # noqa: PLC0415
-
     rows: list[dict[str, Any]] = []
 
     def log(row: dict[str, Any]) -> None:
@@ -94,11 +95,6 @@ def _v05_window(cfg: Any, run_dir: Path, window_s: float) -> dict[str, float]:
 
 def _trl_window(cfg: Any, out: Path, window_s: float) -> Callable[[], dict[str, float]]:
     """A measurement of TRL's GRPOTrainer at ``cfg``'s policy (warm start), task, prompts per step and k."""
-    from v05.adapters.trl import trl_grpo_rollouts_per_s  # noqa: PLC0415
-    from v05.tasks import make_task  # noqa: PLC0415
-    from v05.train.policy import load_policy, set_cpu_threads  # noqa: PLC0415
-    from v05.train.warmstart import ensure_warm_start, render_all, warm_policy  # noqa: PLC0415
-
     set_cpu_threads(cfg.run.threads)
     policy = warm_policy(cfg, ensure_warm_start(cfg, progress=False)) if cfg.warmup.enabled else cfg.policy
     model, tokenizer = load_policy(policy)  # what the v05 side trains: the warm start, or the model as it comes
@@ -150,8 +146,6 @@ def bench_train(out: Path, *, window_s: float = 30.0, repeats: int = 3,
         ValueError: ``window_s`` < ``MIN_WINDOW_S``, ``repeats`` < 1, no configs, an unknown ``policy`` or a ``lora``
             rank < 1.
     """
-    from v05.train.config import load_config  # noqa: PLC0415
-
     if not window_s >= MIN_WINDOW_S:
         raise ValueError(f"window_s must be >= {MIN_WINDOW_S} s (figures to quote: >= 30), got {window_s}")
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
@@ -226,131 +220,4 @@ def _summary(rounds: list[dict[str, dict[str, float]]], configs: tuple[str, ...]
     }
 
 
-def register_benches(bsub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Add ``v05 bench train``, ``matrix`` and ``trl-parity`` (torch and TRL imported only when they run)."""
-    tr = bsub.add_parser("train", help="v05 train rollouts/s vs TRL GRPOTrainer, and v05's overhead share")
-    tr.add_argument("--out", default="runs/bench-train", help="scratch folder for the runs")
-    tr.add_argument(
-        "--window-s",
-        type=float,
-        default=30.0,
-        help=f"seconds each side is timed per round after {WARMUP_STEPS} untimed steps (default 30)",
-    )
-    tr.add_argument("--repeats", type=int, default=3, help="interleaved rounds (default 3; medians are reported)")
-    tr.add_argument("--configs", default="demo-grpo4,demo-v05,demo-v05-eb", help="configs to time (first = vs TRL)")
-    tr.add_argument("--json", help="write the results here")
-    tr.add_argument("--policy", default="tiny", help=f"the model: {', '.join(POLICIES)} (default tiny)")
-    tr.add_argument("--lora", type=int, default=None, metavar="RANK", help="train a LoRA adapter of this rank")
-    tr.add_argument("overrides", nargs="*", metavar="key=value", help="overrides applied to every config")
-    tr.set_defaults(func=_run_train)
-    mx = bsub.add_parser(
-        "matrix",
-        help="every method of a grid × task settings × seeds at one budget: report + JSON",
-        description="Train a declared grid (benchmarks/grids/*.yaml) of task settings × methods × "
-        "seeds at one budget per task (finished cells reused, interrupted ones resumed) and write "
-        "OUT/index.html, a report per task, OUT/matrix.json and, if asked, --json and --doc.",
-    )
-    mx.add_argument("grid", help="the grid file, e.g. benchmarks/grids/standard.yaml")
-    mx.add_argument("--out", default=None, help="folder of the cells and the report (default runs/matrix-GRIDNAME)")
-    mx.add_argument("--json", help="also write the results JSON here")
-    mx.add_argument("--doc", help="write the results page (markdown, e.g. docs/results.md)")
-    mx.add_argument(
-        "--readme", help="replace the generated section between its markers in this file (docs/results-summary.md)"
-    )
-    mx.add_argument("--quick", action="store_true", help="the grid's smoke version (quick methods/seeds, tiny runs)")
-    mx.add_argument("--workers", type=int, default=1, help="cells trained at once, one process each (default 1)")
-    mx.add_argument("--tasks", default="", help="only these task settings (comma-separated): run the grid in parts")
-    mx.add_argument("--report-only", action="store_true", help="train nothing; report the finished cells")
-    mx.add_argument("--store", default=None,
-                    help="keep finished cells here and resume from them on another machine (default: the grid's "
-                         "store:, none for --quick); 'none' keeps nothing")  # fmt: skip
-    mx.add_argument("--recommended", default=None,
-                    help="write the tuning sweep's pick (tuning.recommend) here as a config, once the sweep has "
-                         "finished (e.g. src/v05/train/configs/v05-recommended.yaml)")  # fmt: skip
-    mx.set_defaults(func=_run_matrix)
-    tp = bsub.add_parser(
-        "trl-parity",
-        help="v05-recommended in TRL's trainer and in v05 train, each against TRL's own GRPO k = 4 (3 seeds)",
-        description="Train GRPO k = 4 and v05-recommended at k = 1 and 2 with TRL and with v05 train from one warm "
-        "start per seed (hard arithmetic, tiny policy) at equal rollouts; write per runner, configuration and seed "
-        "the final eval, the paired difference to TRL's GRPO k = 4 and the rollout ratio. Finished runs are kept "
-        "under --out and not trained again.",
-    )
-    tp.add_argument("--out", default="runs/trl-parity", help="folder of the runs (resumable)")
-    tp.add_argument("--json", help="write the results here (e.g. benchmarks/results/trl/parity.json)")
-    tp.add_argument("--seeds", default="30,31,32", help="comma-separated seeds (default 30,31,32: never used before)")
-    tp.add_argument("--budget", type=int, default=38_400, help="rollouts per run (default 38,400, the demo budget)")
-    tp.add_argument("--eval-every", type=int, default=3_200, help="rollouts between evaluations (default 3,200)")
-    tp.add_argument("--configs", default="grpo4,rec_k1,rec_k2", help="configurations (grpo4 is the reference)")
-    tp.set_defaults(func=_run_trl_parity)
-
-
-def _run_train(args: argparse.Namespace) -> int:
-    require_trainer()
-    configs = tuple(c for c in args.configs.split(",") if c)
-    res = bench_train(Path(args.out), window_s=args.window_s, repeats=args.repeats, configs=configs,
-                      overrides=tuple(args.overrides), policy=args.policy, lora=args.lora)  # fmt: skip
-    print(json.dumps({k: v for k, v in res.items() if k not in ("configs", "trl")}, indent=2))  # the CLI's output
-    for name, row in res["configs"].items():
-        rate = row["spread"]["rollouts_per_s"]
-        print(f"{name}: {row['rollouts_per_s']:.0f} rollouts/s ({rate['min']:.0f}–{rate['max']:.0f}), "
-              f"overhead {100 * row['overhead_frac']:.1f}%")  # fmt: skip
-    if args.json:
-        Path(args.json).write_text(json.dumps(res, indent=2))
-    return 0
-
-
-def _run_trl_parity(args: argparse.Namespace) -> int:
-    require_trainer()
-    from v05.train.trl_parity import bench_trl_parity  # noqa: PLC0415 (the trl extra, imported when it runs)
-
-    try:
-        seeds = tuple(int(s) for s in args.seeds.split(",") if s.strip())
-    except ValueError:
-        raise ValueError(f"--seeds must be comma-separated integers, got {args.seeds!r}") from None
-    command = " ".join(["v05 bench trl-parity", *(["--json", args.json] if args.json else [])])
-    res = bench_trl_parity(Path(args.out), seeds=seeds, budget=args.budget, eval_every=args.eval_every,
-                           configs=tuple(c for c in args.configs.split(",") if c), command=command)  # fmt: skip
-    for name, by_runner in res["summary"].items():  # the CLI's output: one line per configuration and runner
-        for runner in ("trl", "v05"):
-            row = by_runner.get(runner)
-            if row is not None:
-                diff, ratio = row["paired_diff_mean"], row["rollout_ratio"]
-                print(f"{name} [{runner}]: final {row['final_mean']:.3f}, vs TRL grpo4 "
-                      f"{'n/a' if diff is None else f'{100 * diff:+.2f} pts'}, rollout ratio "
-                      f"{'never' if ratio is None else f'{ratio:.2f}x'}")  # fmt: skip
-        gap = by_runner["runner_gap"]
-        if gap["mean"] is not None:
-            print(f"{name}: v05 - TRL {100 * gap['mean']:+.2f} pts (agree: {gap['agree']})")
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(res, indent=2))
-    return 0
-
-
-def _run_matrix(args: argparse.Namespace) -> int:
-    require_trainer()
-    from v05.train.matrix import bench_matrix, headline_rows  # noqa: PLC0415 (the trainer's extra: torch)
-
-    if args.workers < 1:
-        raise ValueError(f"--workers must be >= 1, got {args.workers}")
-    out = args.out or f"runs/matrix-{Path(args.grid).stem}{'-quick' if args.quick else ''}"
-    command = " ".join(["v05 bench matrix", args.grid, *(["--quick"] if args.quick else []),
-                        *(f"--{k} {v}" for k, v in (("json", args.json), ("doc", args.doc),
-                                                    ("recommended", args.recommended)) if v)])  # fmt: skip
-    res = bench_matrix(args.grid, out, quick=args.quick, workers=args.workers, json_path=args.json, doc=args.doc,
-                       readme=args.readme, command=command, train_cells=not args.report_only,
-                       tasks=[t for t in args.tasks.split(",") if t], store=args.store,
-                       recommended=args.recommended)  # fmt: skip
-    for name, task in res["results"]["tasks"].items():  # the CLI's output: one line per method and task
-        print(f"{name} ({task['regime']}, warm start {task['warm_start_eval']:.3f}, ref {task['reference']}):")
-        for row in headline_rows(task):
-            print("  " + " | ".join(row))
-    if res["report"] is not None:
-        print(f"report: {res['report']}")
-    for label, err in res["failures"].items():
-        print(f"FAILED {label}: {err}")
-    return 1 if res["failures"] else 0
-
-
-__all__ = ["bench_train", "register_benches"]
+__all__ = ["MIN_WINDOW_S", "POLICIES", "UNBOUNDED_STEPS", "WARMUP_STEPS", "bench_train"]

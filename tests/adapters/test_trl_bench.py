@@ -1,4 +1,4 @@
-"""`v05 bench train` on the tiny task: the contract keys, numbers that make sense (the matrix: test_matrix.py)."""
+"""`v05 bench train` on the tiny task: the contract keys, numbers that make sense (the grid: tests/grid/)."""
 
 from __future__ import annotations
 
@@ -6,12 +6,17 @@ import json
 
 import pytest
 
-from v05.cli import main
+pytest.importorskip("trl")
+
+from tests.train.conftest import tiny_overrides, warm_cache  # noqa: E402, F401 (the trainer's fixtures, shared)
+from v05.adapters import trl_bench  # noqa: E402
+from v05.adapters.trl_bench import WARMUP_STEPS, _step_times  # noqa: E402
+from v05.cli import main  # noqa: E402
 
 SMALL = ["train.batch_size=8", "eval.size=16", "eval.every=2", "run.progress=false", "run.tensorboard=false"]
 
 
-def test_bench_train_contract(tmp_path, tiny_overrides):
+def test_bench_train_contract(tmp_path, tiny_overrides):  # noqa: F811 (the fixture imported above)
     """`v05 bench train --json` (1-s windows, 1 round) writes v05's and TRL's rollouts/s on the same model, task,
     batch and k as medians of the per-round rates, the median per-round ratio with its spread, and v05's overhead
     fraction (prior + allocator + estimator of step time), in [0, 1); every side ran at least its window."""
@@ -49,14 +54,12 @@ def test_bench_train_interleaves_and_takes_medians(tmp_path, monkeypatch):
     """With stand-in timers, `bench_train` runs first config, TRL, other configs in every round (A, T, B, A, T, B,
     A, T, B), and quotes medians of per-round figures: v05 rates [100, 300, 200] and TRL [50, 100, 100] give
     ratios [2, 3, 2] → speedup 2 (range 2–3), v05 200/s and TRL 100/s."""
-    from v05.train import bench
-
     calls = []
     v05 = {"demo-grpo4": _fake_side(calls, "demo-grpo4", [100.0, 300.0, 200.0], 0.01),
            "demo-v05": _fake_side(calls, "demo-v05", [80.0, 90.0, 70.0], 0.03)}  # fmt: skip
-    monkeypatch.setattr(bench, "_v05_window", lambda cfg, run_dir, window_s: v05[run_dir.name]())
-    monkeypatch.setattr(bench, "_trl_window", lambda cfg, out, window_s: _fake_side(calls, "trl", [50.0, 100, 100]))
-    res = bench.bench_train(tmp_path, window_s=30, repeats=3, configs=("demo-grpo4", "demo-v05"))
+    monkeypatch.setattr(trl_bench, "_v05_window", lambda cfg, run_dir, window_s: v05[run_dir.name]())
+    monkeypatch.setattr(trl_bench, "_trl_window", lambda cfg, out, window_s: _fake_side(calls, "trl", [50.0, 100, 100]))
+    res = trl_bench.bench_train(tmp_path, window_s=30, repeats=3, configs=("demo-grpo4", "demo-v05"))
     assert calls == ["demo-grpo4", "trl", "demo-v05"] * 3
     assert res["speedup_vs_trl"] == 2.0 and res["spread"]["speedup_vs_trl"]["rounds"] == [2.0, 3.0, 2.0]
     assert (res["spread"]["speedup_vs_trl"]["min"], res["spread"]["speedup_vs_trl"]["max"]) == (2.0, 3.0)
@@ -69,8 +72,6 @@ def test_bench_train_interleaves_and_takes_medians(tmp_path, monkeypatch):
 def test_step_times_leave_out_the_warm_up():
     """Rollouts/s and overhead are sums over the steps after WARMUP_STEPS = 2: steps 3–4 with 128 and 64 rollouts in
     0.1 + 0.1 s → 960/s; overhead (0.01 + 0.01 + 0.02 + 0) / 0.2 = 0.2."""
-    from v05.train.bench import WARMUP_STEPS, _step_times
-
     assert WARMUP_STEPS == 2
     rows = [{"step": s, "time/step": t, "rollouts_step": n, "time/prior": p, "time/estimate": e}
             for s, t, n, p, e in [(1, 5.0, 128, 1.0, 1.0), (2, 5.0, 128, 1.0, 1.0), (3, 0.1, 128, 0.01, 0.01),

@@ -6,7 +6,7 @@ import pytest
 
 pytest.importorskip("trl")
 
-from v05.train.trl_parity import CONFIGS, bench_trl_parity, parity_config, parity_results  # noqa: E402
+from v05.adapters.trl_parity import CONFIGS, bench_trl_parity, parity_config, parity_results  # noqa: E402
 
 
 def curve(values, every=100):

@@ -1,0 +1,485 @@
+"""The grid's pages: the headline tables, ``OUT/index.html``, the results page (``--doc``) and the README section.
+
+Every page is written from the results JSON (:func:`v05.grid.results.matrix_results`), never from the runs again:
+:func:`markdown_table` (one task setting's headline table), :func:`write_matrix_report` (``OUT/index.html`` and a
+report with the figures per task setting), :func:`results_markdown` (``docs/results.md``: hardware, wall time and
+command, the protocol, the methods, a table per task setting, the attribution and tuning tables, the paper's claims)
+and :func:`readme_section` (the headline tables between the README's markers). A method absent from a task setting
+(not finished, or not run there: ``tasks:``) is left out of that setting's tables and claims.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from v05.grid.cells import Cell
+from v05.grid.spec import Grid
+from v05.grid.store import is_finished
+from v05.grid.tuning import RECOMMEND_RULE
+from v05.report.html import write_report
+from v05.report.runs import load_run
+
+
+def _fmt(value: float | None, spec: str = ".3f", *, never: str = "never") -> str:
+    return never if value is None else format(value, spec)
+
+
+def _ratio_text(value: float | None) -> str:
+    return "never" if value is None else f"{value:.2f}×"
+
+
+def _points_ci(mean: float | None, ci: list[float] | None, se: float | None = None) -> str:
+    """A paired difference in points with its 95 % interval (``± SE``, labelled, where a JSON predates the CI)."""
+    if mean is None:
+        return "—"
+    if ci is not None:
+        return f"{100 * mean:+.1f} [{100 * ci[0]:+.1f}, {100 * ci[1]:+.1f}]"
+    return f"{100 * mean:+.1f}" + ("" if se is None else f" (± {100 * se:.1f} SE)")
+
+
+def _ci_text(ci: list[float | None] | None) -> str:
+    if ci is None:
+        return "—"
+    lo, hi = ci
+    return f"[{_fmt(lo, '.2f')}, {'never' if hi is None else format(hi, '.2f')}]"
+
+
+def headline_rows(task: dict[str, Any]) -> list[list[str]]:
+    """One row per method: final ± CI, paired difference, the three ratios, grad norm, entropy, k."""
+    rows = []
+    for name, m in task["methods"].items():
+        ci = m["final_ci95"]
+        final = f"{_fmt(m['final_mean'])} [{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci else _fmt(m["final_mean"])
+        rows.append(
+            [
+                name + (" (ref)" if name == task["reference"] else ""),
+                m["family"],
+                str(len(m["seeds"])),
+                final,
+                _points_ci(m["paired_diff_mean"], m.get("paired_diff_ci95"), m["paired_diff_se"]),
+                f"{_ratio_text(m['rollout_ratio'])} {_ci_text(m['rollout_ratio_ci95'])}"
+                if "rollout_ratio_ci95" in m
+                else _ratio_text(m["rollout_ratio"]),
+                f"{_ratio_text(m['rollout_ratio_gain90'])} {_ci_text(m['rollout_ratio_gain90_ci95'])}",
+                f"{_ratio_text(m.get('rollout_ratio_tail10'))} {_ci_text(m.get('rollout_ratio_tail10_ci95'))}",
+                _ratio_text(m["compute_ratio"]),
+                _fmt(m["grad_norm_mean"]),
+                _fmt(m["entropy_final"]),
+                _fmt(m["rollouts_per_prompt"], ".2f"),
+            ]
+        )
+    return rows
+
+
+HEADLINE_COLUMNS = (
+    "method",
+    "family",
+    "seeds",
+    "final [95% CI]",
+    "paired Δ, points [95% CI]",
+    "rollouts ÷ ref to its final [95% CI]",
+    "… to 90% of its gain [95% CI]",
+    "… to its last-10% mean [95% CI]",
+    "compute ÷ ref",
+    "grad norm",
+    "entropy (final)",
+    "k/prompt",
+)
+
+
+def markdown_table(task: dict[str, Any]) -> str:
+    """The headline table of one task as GitHub markdown."""
+    lines = ["| " + " | ".join(HEADLINE_COLUMNS) + " |", "|" + "---|" * len(HEADLINE_COLUMNS)]
+    lines += ["| " + " | ".join(r) + " |" for r in headline_rows(task)]
+    return "\n".join(lines)
+
+
+def write_matrix_report(
+    grid: Grid, cells: Sequence[Cell], results: dict[str, Any], out: Path, *, meta: dict[str, Any]
+) -> Path:
+    """Per task ``OUT/TASK/report/`` (report.html, summary.json, PNGs) and ``OUT/index.html`` with every table."""
+    parts = []
+    for name, task in results["tasks"].items():
+        runs = [load_run(c.run_dir) for c in cells if c.task.name == name and is_finished(c)]
+        report = write_report(
+            runs,
+            out / name / "report",
+            reference=task["reference"],
+            title=f"v05 bench matrix {grid.name}: {name} ({task['regime']})",
+        )
+        head = "".join(f"<th>{html.escape(h)}</th>" for h in HEADLINE_COLUMNS)
+        body = "".join(
+            "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in headline_rows(task)
+        )
+        parts.append(
+            f"<h2>{html.escape(name)} ({task['regime']})</h2><p>warm start {task['warm_start_eval']:.3f}, reference "
+            f"{html.escape(task['reference'])} final {task['reference_final']:.3f}, 90 % threshold "
+            f"{task['gain90_threshold']:.3f}, budget {task['budget_rollouts']:,} rollouts. "
+            f'<a href="{html.escape(str(report.relative_to(out)))}">curves and figures</a></p>'
+            f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+        )
+    page = (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>v05 bench matrix {html.escape(grid.name)}'
+        "</title><style>body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1400px}table{border-collapse:"
+        "collapse;font-size:.85em}th,td{border:1px solid #ccc;padding:.3em .5em}th{background:#f0f0f0}</style></head>"
+        f"<body><h1>v05 bench matrix: {html.escape(grid.name)}</h1><p><code>{html.escape(meta['command'])}</code>; "
+        f"{html.escape(meta['hardware'])}; generated {html.escape(meta['generated'])}.</p>"
+        f"{''.join(parts)}</body></html>\n"
+    )
+    path = out / "index.html"
+    path.write_text(page, encoding="utf-8")
+    return path
+
+
+README_BEGIN = "<!-- v05 bench matrix: begin (generated; do not edit) -->"
+README_END = "<!-- v05 bench matrix: end -->"
+
+PROTOCOL_MD = (
+    "Every method of a task setting starts from the same warm start per seed (the seed also fixes the prompt order), "
+    "uses the same learning rate (1e-4, cosine over the rollout budget) and stops at the same rollout budget; {tuned}. "
+    "*final* is each seed's last eval pass rate (sampled, T = 1, the task's held-out split), mean "
+    "and 95 % t-interval over seeds. *paired Δ* is eval − reference eval on the same seed, averaged over the common "
+    "rollout grid (every eval), mean and 95 % t-interval over seeds, in points. *rollouts ÷ ref* is the rollouts the "
+    "seed-mean curve needs to reach the reference's final, divided by the reference's own; the *90 % of its gain* "
+    "column uses the threshold warm start + 0.9 × the reference's gain instead (off the plateau), and the *last-10 %* "
+    "column the reference's mean over the last 10 % of its budget (a target a plateaued reference reaches before the "
+    "end); each ratio has a paired bootstrap 95 % interval over seeds of the seed-mean crossing (*never* where "
+    "resamples never reach it). *compute ÷ ref* is the same crossing in token-passes (a forward of one "
+    "token by one model counts 1, a backward 2): equal rollouts is not equal compute. grad norm is the mean over "
+    "steps, entropy the last step's."
+)
+
+
+def protocol_markdown(grid: Grid) -> str:
+    """The results page's protocol paragraph; it says which methods were tuned, and how, when the grid tunes."""
+    t = grid.tuning
+    if t is None:
+        return PROTOCOL_MD.format(tuned="no method was tuned")
+    tuned = (
+        f"except that {', '.join(f'`{m}`' for m in t.methods)} were tuned alike: each ran every setting of the sweep "
+        f"({', '.join(f'`{s.name}`' for s in t.settings)}) on seed {t.seed}, which is not compared, and is compared "
+        f"at the setting with the best tuning score (rule `{t.rule}`, scored on the {t.split} split, per task "
+        "setting); the other methods ran their configs as they are"
+    )
+    return PROTOCOL_MD.format(tuned=tuned)
+
+
+def _m(task: dict[str, Any], name: str) -> dict[str, Any] | None:
+    return task["methods"].get(name)
+
+
+def _pts(d: float | None, se: float | None) -> str:
+    return "—" if d is None else f"{100 * d:+.1f} ± {100 * (se or 0.0):.1f} points"
+
+
+def _vs(task: dict[str, Any], name: str, other: str) -> tuple[float | None, float | None, int]:
+    """Paired difference of ``name`` against ``other`` (the reference or a GRPO method): mean, SE, seeds."""
+    m = _m(task, name)
+    if m is None or other not in task["methods"]:
+        return None, None, 0
+    if other == task["reference"]:
+        return m["paired_diff_mean"], m["paired_diff_se"], m["paired_diff_n"]
+    d = m["paired_diff_vs"].get(other)
+    return (d["mean"], d["se"], d["n"]) if d else (None, None, 0)
+
+
+def _significant(d: float | None, se: float | None, n: int) -> int | None:
+    """+1 / −1 when the paired difference is more than 2 SE from 0, 0 within; None with fewer than 2 seeds."""
+    if d is None or se is None or n < 2:
+        return None
+    return 0 if abs(d) <= 2 * se else (1 if d > 0 else -1)
+
+
+def claims(results: dict[str, Any]) -> list[str]:
+    """The paper's claims, one paragraph each: what the paper says, what each task setting of the matrix shows."""
+    tasks = results["tasks"]
+    out = []
+
+    def per_task(fn: Any) -> str:
+        return " ".join(f"**{name}**: {fn(t)}" for name, t in tasks.items())
+
+    def grad(t: dict[str, Any]) -> str:
+        v, rows = _m(t, "v05"), []
+        if v is None:
+            return "no `v05` run."
+        for g in ("grpo4", "grpo16"):
+            if (m := _m(t, g)) is not None and v["grad_norm_mean"] is not None and m["grad_norm_mean"] is not None:
+                lower = "lower" if v["grad_norm_mean"] < m["grad_norm_mean"] else "not lower"
+                smoother = "smoother" if (v["grad_norm_sd"] or 0) < (m["grad_norm_sd"] or 0) else "not smoother"
+                rows.append(
+                    f"{v['grad_norm_mean']:.3f} (sd {v['grad_norm_sd']:.3f}) vs {g} {m['grad_norm_mean']:.3f} "
+                    f"(sd {m['grad_norm_sd']:.3f}): {lower}, {smoother}"
+                )
+        return "; ".join(rows) + "."
+
+    out.append(
+        "**Gradient norm** (paper, Fig. 3: V0.5's gradient norm is lower and smoother than GRPO's). Mean over "
+        "steps and seeds, sd = its spread over steps, V0.5 with OSLA (`v05`) against GRPO. " + per_task(grad)
+    )
+
+    def ent(t: dict[str, Any]) -> str:
+        v, rows = _m(t, "v05"), []
+        if v is None or v["entropy_final"] is None:
+            return "no `v05` run."
+        for g in ("grpo4", "grpo16"):
+            if (m := _m(t, g)) is not None and m["entropy_final"] is not None:
+                word = "higher" if v["entropy_final"] > m["entropy_final"] else "not higher"
+                rows.append(f"{v['entropy_final']:.3f} vs {g} {m['entropy_final']:.3f} ({word})")
+        return "; ".join(rows) + "."
+
+    out.append(
+        "**Entropy** (paper, Fig. 4: V0.5 keeps a higher policy entropy than GRPO). Last step, mean over seeds. "
+        + per_task(ent)
+    )
+
+    def sparse(t: dict[str, Any]) -> str:
+        rows = []
+        for k in (1, 2, 4, 8):
+            d, se, n = _vs(t, f"v05_k{k}", "grpo16")
+            if d is None:
+                continue
+            verdict = {1: "beats", -1: "loses to", 0: "ties", None: "(1 seed, untested) vs"}[_significant(d, se, n)]
+            rows.append(f"k = {k} {verdict} GRPO@16 ({_pts(d, se)})")
+        return ("; ".join(rows) + ".") if rows else "not in the grid."
+
+    out.append(
+        "**Sparsity ablation** (paper: without OSLA, V0.5 at k = 1, 2 fails, while k = 4, 8 beat GRPO at k = 16). "
+        "Paired difference of `v05_k*` (fixed k, `combined` prior) to GRPO@16; *beats* / *loses to* = more "
+        "than 2 SE from 0. " + per_task(sparse)
+    )
+
+    def at4(t: dict[str, Any]) -> str:
+        rows = []
+        for g in ("grpo16", "grpo4"):
+            d, se, n = _vs(t, "v05_k4", g)
+            if d is not None:
+                verdict = {1: "better than", -1: "worse than", 0: "within 2 SE of", None: "(1 seed, untested) vs"}[
+                    _significant(d, se, n)
+                ]
+                rows.append(f"{verdict} GRPO@{g[4:]} ({_pts(d, se)})")
+        return ("; ".join(rows) + ".") if rows else "not in the grid."
+
+    out.append(
+        "**V0.5 at k = 4 vs GRPO** (paper: V0.5 at 4 rollouts beats GRPO at 16; the fair comparison at equal "
+        "rollouts is GRPO at 4). " + per_task(at4)
+    )
+
+    def best(t: dict[str, Any]) -> str:
+        v05 = [(n, m) for n, m in t["methods"].items() if m["family"] == "v05"]
+        if not v05:
+            return "no V0.5-line method."
+        n, m = max(v05, key=lambda nm: -math.inf if nm[1]["paired_diff_mean"] is None else nm[1]["paired_diff_mean"])
+        return (
+            f"best V0.5-line method `{n}`: {_pts(m['paired_diff_mean'], m['paired_diff_se'])}, rollouts ÷ ref "
+            f"{_ratio_text(m['rollout_ratio'])}, at 90 % of the gain {_ratio_text(m['rollout_ratio_gain90'])} "
+            f"{_ci_text(m['rollout_ratio_gain90_ci95'])}, compute ÷ ref {_ratio_text(m['compute_ratio'])}."
+        )
+
+    out.append(
+        "**The promise: the same learning for fewer rollouts**, against the better GRPO (the reference). "
+        + per_task(best)
+    )
+    return out
+
+
+def methods_markdown(grid: Grid) -> list[str]:
+    """The results page's list of methods: each with its config and overrides (after the grid's own).
+
+    A method that ``tasks:`` restricts says where it runs.
+    """
+    lines = ["## Methods", "",
+             "Each method is a packaged config (or file) with overrides, applied after the grid's "
+             f"({', '.join(f'`{o}`' for o in grid.overrides) or 'none'}) and the task setting's:", ""]  # fmt: skip
+    for m in grid.methods:
+        extra = f" + {', '.join(f'`{o}`' for o in m.overrides)}" if m.overrides else ""
+        only = f" (only on {', '.join(f'`{t}`' for t in m.tasks)})" if m.tasks else ""
+        lines.append(f"- `{m.name}`: `{m.config}`{extra}{only}")
+    return [*lines, ""]
+
+
+def results_markdown(grid: Grid, results: dict[str, Any], meta: dict[str, Any]) -> str:
+    """``docs/results.md``: hardware, wall time and command, the protocol, one table per task setting, the claims."""
+    hours = meta["cells_wall_time_s"] / 3600
+    lines = [
+        f"# Results: `v05 bench matrix` on the `{grid.name}` grid",
+        "",
+        "Generated by the command below (every number on this page is written by it; do not edit by hand).",
+        "",
+        f"    {meta['command']}",
+        "",
+        f"- Hardware: {meta['hardware']}. Trained numbers are machine-specific (the warm start stops at a different "
+        "step on another CPU): compare methods within one run of the grid. The grid's store keeps the warm starts, "
+        "so cells trained on several machines (sessions) start from the same weights"
+        + "".join(
+            f"{'; ' if i else ': '}{n} cells on {where}"
+            for i, (where, n) in enumerate(sorted(meta.get("cells_hardware", {}).items()))
+        )
+        + ".",
+        *(
+            ["- **Partial: the grid has not finished; the tables show the finished cells.**"]
+            if meta["cells_finished"] < meta["cells_total"]
+            else []
+        ),
+        f"- Cells finished: {meta['cells_finished']} of {meta['cells_total']}; their summed wall time "
+        f"{hours:.2f} h (runs, evals included, warm starts excluded); generated {meta['generated']}.",
+        f"- Grid file: `{grid.path.as_posix()}`; seeds {', '.join(map(str, grid.seeds))}; "
+        f"reference `{grid.reference}`.",
+        "",
+        "## Protocol",
+        "",
+        protocol_markdown(grid),
+        "",
+        *methods_markdown(grid),
+    ]
+    for name, t in results["tasks"].items():
+        lines += [
+            f"## {name} ({t['regime']} regime" + (f", {t['pool']} pool)" if "pool" in t else ")"),
+            "",
+            (t["description"] + " ") if t["description"] else "",
+            f"Warm start {t['warm_start_eval']:.3f}; reference `{t['reference']}` final {t['reference_final']:.3f}; "
+            f"90 % threshold {t['gain90_threshold']:.3f}; budget {t['budget_rollouts']:,} rollouts per run; the "
+            f"reference gained {100 * t['reference_last_quarter_gain']:+.1f} points over the last quarter of it. "
+            f"Figures: `{name}/report/` under the grid's `--out` (eval vs rollouts and vs compute, grad norm, "
+            "entropy, k histogram, zero-advantage shares, the prior's AUC/τ²/n0).",
+            "",
+            markdown_table(t),
+            "",
+            *attribution_markdown(results.get("attribution", {}).get(name)),
+            *tuning_markdown(grid, t.get("tuning")),
+        ]
+    for name, pending in results.get("pending", {}).items():
+        lines += [f"## {name}: the comparison has not run yet", "", *tuning_markdown(grid, pending.get("tuning"))]
+    if grid.tuning is not None and grid.tuning.recommend:
+        rec = results.get("recommended")
+        lines += [
+            "## The recommended configuration",
+            "",
+            f"Rule, fixed before the comparison's seeds ran: among {', '.join(f'`{m}`' for m in grid.tuning.recommend)}"
+            f", {RECOMMEND_RULE}.",
+            "",
+            (
+                "Pending: the tuning sweep has not finished."
+                if rec is None
+                else f"Pick: `{rec['method']}` at `{rec['setting']}` (mean tuning score {rec['score_mean']:.3f}; "
+                + ", ".join(f"{t} {v:.3f}" for t, v in rec["scores"].items())
+                + ")"
+                + (
+                    f"; provisional: {len(rec['scores'])} of the grid's {len(grid.tasks)} task settings"
+                    if len(rec["scores"]) < len(grid.tasks)
+                    else ""
+                )
+                + ". `--recommended FILE` writes it as a config (the packaged `v05-recommended` changes only then)."
+            ),
+            "",
+        ]
+    lines += ["## The paper's claims against the matrix", ""]
+    for c in claims(results):
+        lines += [f"- {c}", ""]
+    return "\n".join(line for line in lines if line is not None).rstrip() + "\n"
+
+
+def attribution_markdown(table: dict[str, Any] | None) -> list[str]:
+    """One task setting's attribution table (:func:`attribution_results`) as markdown lines."""
+    if not table:
+        return []
+    lines = [
+        "Attribution (each row: the first method − the second, paired over their common seeds; points with the 95 % "
+        "t-interval over seeds; rollouts the first needs to reach the second's final ÷ the second's own):",
+        "",
+        "| factor | method − versus | Δ, points [95% CI] | seeds | rollouts to versus's final |",
+        "|---|---|---|---|---|",
+    ]
+    for row in table["rows"]:
+        diff = _points_ci(row["diff"], row.get("ci95")) if row["diff"] is not None else "pending"
+        ratio = _ratio_text(row["rollout_ratio"]) if row["diff"] is not None else "—"
+        lines.append(f"| {row['factor']} | `{row['method']}` − `{row['versus']}` | {diff} | {row.get('n', '—')} | "
+                     f"{ratio} |")  # fmt: skip
+    h = table.get("headroom")
+    if h is not None and h["oracle_diff"] is not None:
+        best = "no learned prior has finished" if h["best_learned"] is None else (
+            f"the best learned prior, `{h['best_learned']}` (picked after the fact), "
+            f"{_points_ci(h['best_learned_diff'], h['best_learned_ci95'])}")  # fmt: skip
+        captured = "" if h["captured"] is None else f"; it captures {h['captured']:.0%} of the oracle's gain"
+        lines += ["", f"Headroom over `{h['control']}`: the oracle `{h['oracle']}` "
+                      f"{_points_ci(h['oracle_diff'], h['oracle_ci95'])} points; {best}{captured}."]  # fmt: skip
+    return [*lines, ""]
+
+
+def tuning_markdown(grid: Grid, tuning: dict[str, Any] | None) -> list[str]:
+    """The tuning sweep of one task as markdown lines: a row per tuned method, a column per setting (score, spike)."""
+    if not tuning or grid.tuning is None:
+        return []
+    names = [s.name for s in grid.tuning.settings]
+    described = "; ".join(
+        f"`{s.name}`: {', '.join(s.overrides) or 'the config'}" + (f", batch × {s.batch_scale:g}" if s.batch_scale != 1
+                                                                   else "")
+        for s in grid.tuning.settings
+    )  # fmt: skip
+    lines = [
+        f"Equal tuning budget (seed {grid.tuning.seed}, not one of the comparison's seeds; rule `{grid.tuning.rule}`"
+        f"; {described}): each cell is the tuning score (the max/median gradient-norm spike); **bold** is the "
+        "setting the comparison above used.",
+        "",
+        "| method | " + " | ".join(names) + " |",
+        "|---|" + "---|" * len(names),
+    ]
+    for method, entry in tuning.items():
+        row = []
+        for name in names:
+            v = entry["settings"].get(name)
+            text = "pending" if v is None else f"{_fmt(v['score'])} ({_fmt(v['grad_norm_spike'], '.1f', never='—')})"
+            row.append(f"**{text}**" if name == entry["chosen"] else text)
+        lines.append(f"| {method} | " + " | ".join(row) + " |")
+    return [*lines, ""]
+
+
+def readme_section(results: dict[str, Any], meta: dict[str, Any], doc: str) -> str:
+    """The README's results section: the headline table per task setting and a pointer to ``doc``."""
+    lines = [
+        README_BEGIN,
+        "",
+        f"From `{meta['command']}` ({meta['hardware']}; all numbers and the paper's claims in [{doc}]({doc})).",
+        "",
+    ]
+    for name, t in results["tasks"].items():
+        lines += [
+            f"**{name}** ({t['regime']}: warm start {t['warm_start_eval']:.3f}, {t['budget_rollouts']:,} "
+            f"rollouts; reference `{t['reference']}` final {t['reference_final']:.3f})",
+            "",
+            markdown_table(t),
+            "",
+        ]
+    return "\n".join([*lines, README_END])
+
+
+def replace_readme_section(readme: Path, section: str) -> None:
+    """Put ``section`` between the README's markers (which must exist once each)."""
+    text = readme.read_text(encoding="utf-8")
+    if text.count(README_BEGIN) != 1 or text.count(README_END) != 1:
+        raise ValueError(f"{readme}: needs the markers {README_BEGIN!r} and {README_END!r} once each")
+    head, rest = text.split(README_BEGIN)
+    _, tail = rest.split(README_END)
+    readme.write_text(head + section + tail, encoding="utf-8")
+
+
+__all__ = [
+    "HEADLINE_COLUMNS",
+    "PROTOCOL_MD",
+    "README_BEGIN",
+    "README_END",
+    "attribution_markdown",
+    "claims",
+    "headline_rows",
+    "markdown_table",
+    "methods_markdown",
+    "protocol_markdown",
+    "readme_section",
+    "replace_readme_section",
+    "results_markdown",
+    "tuning_markdown",
+    "write_matrix_report",
+]

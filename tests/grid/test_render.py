@@ -1,0 +1,102 @@
+"""The pages: the results page states every claim and lists every method; a method missing on a task setting."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from tests.grid._grids import REPO, fake_run, task_of, write_grid
+from v05.grid.cells import grid_cells
+from v05.grid.render import README_BEGIN, README_END, methods_markdown, protocol_markdown, results_markdown
+from v05.grid.run import bench_matrix
+from v05.grid.spec import Grid, load_grid
+from v05.grid.store import STORED_NAME
+from v05.train.config import to_yaml
+
+
+def test_results_markdown_states_every_claim():
+    """The generated page names the command, the hardware, each task's table and one paragraph per claim."""
+    ref = [fake_run("grpo4", s, [(0, 0.2), (1000, 0.6)], grad=1.0, entropy=0.4) for s in (0, 1)]
+    g16 = [fake_run("grpo16", s, [(0, 0.2), (1000, 0.5)], grad=0.8, entropy=0.3) for s in (0, 1)]
+    v05 = [
+        fake_run("v05", s, [(0, 0.2), (1000, 0.65)], estimator="v05", allocator="osla", grad=0.5, entropy=0.6)
+        for s in (0, 1)
+    ]
+    k4 = [fake_run("v05_k4", s, [(0, 0.2), (1000, 0.55)], estimator="v05") for s in (0, 1)]
+    task = task_of({"grpo4": ref, "grpo16": g16, "v05": v05, "v05_k4": k4})
+    meta = {
+        "command": "v05 bench matrix g.yaml",
+        "hardware": "2 CPU cores",
+        "cells_wall_time_s": 3600.0,
+        "cells_finished": 8,
+        "cells_total": 8,
+        "generated": "today",
+    }
+
+    grid = Grid(name="g", path=Path("g.yaml"), seeds=(0, 1), reference="grpo4", tasks=(), methods=())
+    text = results_markdown(grid, {"tasks": {"t": task}}, meta)
+    assert "v05 bench matrix g.yaml" in text and "2 CPU cores" in text and "1.00 h" in text
+    assert "0.525 (sd 0.025) vs grpo4 1.050 (sd 0.050)" in text and "lower, smoother" in text
+    assert "0.600 vs grpo4 0.400 (higher)" in text
+    assert "k = 4 beats GRPO@16" in text or "k = 4 ties GRPO@16" in text
+    assert "| v05 | v05 | 2 |" in text
+
+
+def test_results_page_lists_each_method_with_its_config_and_overrides():
+    """The standard grid's page says what each method ran: its config and overrides (dps hands its rejects back,
+    the grid-wide overrides come first), so a reader can tell the standard grid's DPS from prior-pay's dps_fresh."""
+    grid = load_grid(REPO / "benchmarks/grids/standard.yaml")
+    text = "\n".join(methods_markdown(grid))
+    assert "- `dps`: `demo-dps` + `allocator.rejects=return`" in text
+    assert "- `grpo4`: `demo-grpo4`\n" in text and "`run.progress=false`" in text
+    assert text.count("\n- `") == len(grid.methods)
+    assert "no method was tuned" in protocol_markdown(grid)
+    tuned = protocol_markdown(load_grid(REPO / "benchmarks/grids/prior-pay.yaml"))
+    assert "no method was tuned" not in tuned and "on seed 100, which is not compared" in tuned and "`ppo`" in tuned
+
+
+def _finish(cell, evals: list[float]) -> None:
+    """A finished cell (as restored from a store): its config and an eval curve every 48 rollouts."""
+    cell.run_dir.mkdir(parents=True, exist_ok=True)
+    (cell.run_dir / "config.yaml").write_text(to_yaml(cell.cfg))
+    rows = [{"step": i, "rollouts_total": 48 * i, "compute_total": 480.0 * i, "eval_pass_rate": e, "grad_norm": 1.0,
+             "entropy": 0.5} for i, e in enumerate(evals)]  # fmt: skip
+    (cell.run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (cell.run_dir / STORED_NAME).write_text("{}")
+
+
+def test_a_method_missing_on_a_task_setting_is_left_out_of_its_tables(tmp_path, tiny_grid):
+    """`v05_k2` runs on tiny-hard only (`tasks:`): `--report-only` reports both task settings, tiny-easy without a
+    `v05_k2` row, column or attribution row (the row naming it is dropped there, not reported as pending), and the
+    results page, the README section and index.html render both settings."""
+    body = yaml.safe_load(tiny_grid.read_text())
+    body["methods"]["v05_k2"]["tasks"] = ["tiny-hard"]
+    body["attribution"] = {"control": "rloo", "oracle": "v05_k2",
+                           "rows": [{"factor": "k2", "method": "v05_k2", "versus": "grpo4"},
+                                    {"factor": "loo", "method": "rloo", "versus": "grpo4"}]}  # fmt: skip
+    grid_file = write_grid(tiny_grid, body)
+    out = tmp_path / "mx"
+    cells = grid_cells(load_grid(grid_file), out)
+    for i, cell in enumerate(cells):
+        _finish(cell, [0.2, 0.3 + 0.01 * i, 0.4 + 0.01 * i])
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# x\n{README_BEGIN}\nold\n{README_END}\n")
+    doc = tmp_path / "results.md"
+    res = bench_matrix(grid_file, out, train_cells=False, progress=False, doc=doc, readme=readme)
+    tasks, attribution = res["results"]["tasks"], res["results"]["attribution"]
+    assert set(tasks) == {"tiny-easy", "tiny-hard"}
+    assert set(tasks["tiny-easy"]["methods"]) == {"grpo4", "rloo"}
+    assert set(tasks["tiny-hard"]["methods"]) == {"grpo4", "rloo", "v05_k2"}
+    assert [r["factor"] for r in attribution["tiny-easy"]["rows"]] == ["loo"]
+    assert [r["factor"] for r in attribution["tiny-hard"]["rows"]] == ["k2", "loo"]
+    assert attribution["tiny-hard"]["rows"][0]["diff"] is not None
+    text = doc.read_text()
+    easy, hard = text.split("## tiny-easy")[1].split("## tiny-hard")
+    assert "| v05_k2 |" not in easy and "`v05_k2` − `grpo4`" not in easy and "pending" not in easy
+    assert "| v05_k2 |" in hard and "`v05_k2` − `grpo4`" in hard
+    assert "- `v05_k2`: `demo-v05-k4` + `allocator.options.k=2` (only on `tiny-hard`)" in text
+    section = readme.read_text()
+    assert "**tiny-easy**" in section and "**tiny-hard**" in section and section.count("| v05_k2 |") == 1
+    assert (out / "index.html").read_text().count("<td>v05_k2</td>") == 1

@@ -1,0 +1,104 @@
+"""The results JSON by hand: ratios, thresholds, the paired bootstrap, families, attribution."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.grid._grids import CONTRACT, fake_run, task_of
+from v05.grid.results import (
+    attribution_results,
+    gain90_bootstrap,
+    gain_targets,
+    method_family,
+    tail_target,
+    task_results,
+)
+from v05.grid.spec import Attribution, AttributionRow, GridTask
+from v05.report.runs import paired_difference
+
+
+def test_ratios_thresholds_and_never_by_hand():
+    """Reference 0.2 -> 0.6 linearly over 1000 rollouts (both seeds): the 90 % threshold is 0.56, reached at 900.
+    A method twice as fast (0.2 -> 0.6 by 500, then flat) reaches the final at 500 and 0.56 at 450: ratios 0.5,
+    compute ratio 0.5 × its 3× token-passes per rollout = 1.5; a method that stays at 0.4 never reaches either."""
+    ref = [fake_run("grpo4", s, [(0, 0.2), (500, 0.4), (1000, 0.6)]) for s in (0, 1)]
+    fast = [fake_run("fast", s, [(0, 0.2), (500, 0.6), (1000, 0.6)], compute_per_rollout=30.0) for s in (0, 1)]
+    flat = [fake_run("flat", s, [(0, 0.2), (500, 0.4), (1000, 0.4)]) for s in (0, 1)]
+    res = task_of({"grpo4": ref, "fast": fast, "flat": flat})
+    assert res["warm_start_eval"] == pytest.approx(0.2) and res["gain90_threshold"] == pytest.approx(0.56)
+    assert res["budget_rollouts"] == 1000 and res["reference_last_quarter_gain"] == pytest.approx(0.1)
+    f, n, r = res["methods"]["fast"], res["methods"]["flat"], res["methods"]["grpo4"]
+    assert f["rollout_ratio"] == pytest.approx(0.5) and f["rollout_ratio_gain90"] == pytest.approx(0.5)
+    assert f["compute_ratio"] == pytest.approx(1.5)
+    assert f["paired_diff_mean"] == pytest.approx(np.mean([0, 0.2, 0])) and f["paired_diff_se"] == 0.0
+    assert n["rollout_ratio"] is None and n["rollout_ratio_gain90"] is None and n["compute_ratio"] is None
+    assert n["rollout_ratio_gain90_ci95"][1] is None and n["rollout_ratio_gain90_never_frac"] == 1.0
+    assert r["rollout_ratio"] == 1.0 and r["paired_diff_mean"] == 0.0
+    assert CONTRACT <= set(f)
+
+
+def test_gain90_bootstrap_resamples_seeds_in_pairs():
+    """Seed 0 of the method is 2× faster than its reference seed, seed 1 as fast: every resample's ratio lies in
+    [0.5, 1], both ends are hit, and a resample's threshold comes from its own reference seeds."""
+    ref = [fake_run("grpo4", 0, [(0, 0.2), (1000, 0.6)]), fake_run("grpo4", 1, [(0, 0.4), (1000, 0.8)])]
+    m = [fake_run("m", 0, [(0, 0.2), (500, 0.6), (1000, 0.6)]), fake_run("m", 1, [(0, 0.4), (1000, 0.8)])]
+    boot = gain90_bootstrap(m, ref, np.random.default_rng(0), resamples=400)
+    lo, hi = boot["ci95"]
+    assert lo == pytest.approx(0.5) and hi == pytest.approx(1.0) and boot["never_frac"] == 0.0
+    assert gain_targets(ref) == pytest.approx((0.3, 0.7, 0.66))
+
+
+def test_family_from_the_config():
+    """v05 / v05_eb -> v05; grpo at a fixed k -> grpo; DAPO (grpo + dynamic sampling), RLOO, PPO -> other."""
+    assert method_family(fake_run("a", 0, [(0, 0.1)], estimator="v05_eb", allocator="osla")) == "v05"
+    assert method_family(fake_run("a", 0, [(0, 0.1)], estimator="v05")) == "v05"
+    assert method_family(fake_run("a", 0, [(0, 0.1)])) == "grpo"
+    assert method_family(fake_run("a", 0, [(0, 0.1)], allocator="dynamic_sampling")) == "other"
+    assert method_family(fake_run("a", 0, [(0, 0.1)], estimator="gae")) == "other"
+    assert method_family(fake_run("a", 0, [(0, 0.1)]), "other") == "other"
+
+
+def test_a_method_with_fewer_seeds_is_compared_on_its_own_seeds():
+    """A partial grid: a method that has finished seed 0 only, identical to the reference's seed 0, has ratio 1 even
+    though the reference's other seed starts much higher (its seed-mean curve would make the ratio < 1)."""
+    ref = [fake_run("grpo4", 0, [(0, 0.2), (1000, 0.6)]), fake_run("grpo4", 1, [(0, 0.5), (1000, 0.9)])]
+    same = [fake_run("same", 0, [(0, 0.2), (1000, 0.6)])]
+    m = task_of({"grpo4": ref, "same": same})["methods"]["same"]
+    assert m["rollout_ratio"] == pytest.approx(1.0) and m["rollout_ratio_gain90"] == pytest.approx(1.0)
+    assert m["compute_ratio"] == pytest.approx(1.0)
+    # and the other way round: a method with more seeds than the reference is compared on the reference's seeds
+    # (the prior-pay grid's untuned methods come from the store with 3 seeds while a tuned reference has 1)
+    more = [fake_run("more", 0, [(0, 0.2), (1000, 0.6)]), fake_run("more", 1, [(0, 0.5), (1000, 0.9)])]
+    m = task_of({"grpo4": ref[:1], "more": more})["methods"]["more"]
+    assert m["rollout_ratio"] == pytest.approx(1.0) and m["compute_ratio"] == pytest.approx(1.0)
+
+
+def test_paired_ci_tail_target_and_the_attribution_table_by_hand():
+    """The paired difference's 95 % t-interval; the tail-10 % target of a plateaued reference is reached before the
+    budget; an attribution row is method − versus over their common seeds, and the headroom's captured share."""
+
+    ref = [fake_run("grpo4", s, [(0, 0.2), (500, 0.4), (900, 0.5), (1000, 0.5)]) for s in (0, 1)]
+    assert tail_target(ref) == pytest.approx(0.5)  # the points at >= 900 rollouts
+    rm = [fake_run("rm", s, [(0, 0.2), (1000, 0.4 + 0.1 * s)]) for s in (0, 1, 2)]
+    orc = [fake_run("orc", s, [(0, 0.2 + 0.2), (1000, 0.6 + 0.1 * s)]) for s in (0, 1)]  # +0.2 on every eval
+    good = [fake_run("good", s, [(0, 0.2 + 0.1), (1000, 0.5 + 0.1 * s)]) for s in (0, 1)]  # +0.1
+    d = paired_difference(orc, rm)
+    assert d["mean"] == pytest.approx(0.2) and d["ci95"] == pytest.approx([0.2, 0.2])
+    spec = Attribution(rows=(AttributionRow(factor="f", method="orc", versus="rm"),
+                             AttributionRow(factor="g", method="missing", versus="rm")),
+                       control="rm", oracle="orc", learned=("good",))  # fmt: skip
+    table = attribution_results(spec, {"grpo4": ref, "rm": rm, "orc": orc, "good": good})
+    row = table["rows"][0]
+    assert row["diff"] == pytest.approx(0.2) and row["n"] == 2 and row["rollout_ratio"] == pytest.approx(0.2)
+    assert table["rows"][1]["diff"] is None
+    h = table["headroom"]
+    assert h["best_learned"] == "good" and h["captured"] == pytest.approx(0.5)
+    res = task_results(GridTask(name="t", regime="hard"), {"grpo4": ref, "rm": rm, "orc": orc}, "grpo4", [],
+                       control="rm")  # fmt: skip
+    assert res["methods"]["orc"]["vs_running_mean_diff"] == pytest.approx(0.2)
+    assert res["methods"]["rm"]["vs_running_mean_diff"] == 0.0
+    for key in ("paired_diff_ci95", "rollout_ratio_ci95", "rollout_ratio_tail10", "rollout_ratio_tail10_ci95",
+                "vs_running_mean_ci95"):  # fmt: skip
+        assert key in res["methods"]["orc"]
+    assert res["pool"] == "revisited"

@@ -1,0 +1,110 @@
+"""The equal tuning budget: scores, chosen settings, the recommended configuration."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import yaml
+
+from tests.grid._grids import REPO, tuning_grid
+from v05.grid.cells import grid_cells, tuning_cells
+from v05.grid.results import matrix_results
+from v05.grid.run import bench_matrix
+from v05.grid.spec import load_grid
+from v05.grid.store import STORED_NAME
+from v05.grid.tuning import choose_settings, recommendation, recommended_config, recommended_yaml, tuning_score
+from v05.train.config import load_config
+from v05.train.warmstart import warm_start_dir
+
+
+def test_choose_settings_by_hand(tmp_path, tiny_grid):
+    """The best mean eval after the start wins; a tie goes to the earlier setting; an unfinished setting: None."""
+
+    grid = load_grid(tuning_grid(tmp_path, tiny_grid))
+    cells = tuning_cells(grid, tmp_path / "mx")
+    assert [c.run_dir.name for c in cells] == ["grpo4@default-s7", "grpo4@lr-high-s7", "grpo4@half-s7"]
+    assert [c.cfg.train.batch_size for c in cells] == [8, 8, 4]  # half: 8 prompts → 4
+    assert cells[1].cfg.optim.lr == 2.0e-3 and all(c.cfg.seed == 7 for c in cells)
+
+    def fake(cell, evals):
+        cell.run_dir.mkdir(parents=True, exist_ok=True)
+        rows = [{"step": i, "rollouts_total": 10 * i, "eval_pass_rate": e} for i, e in enumerate(evals)]
+        (cell.run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        (cell.run_dir / STORED_NAME).write_text("{}")
+
+    fake(cells[0], [0.9, 0.3, 0.5])  # the start (0.9) does not count: mean 0.4
+    fake(cells[1], [0.0, 0.4, 0.6])  # 0.5: the best
+    assert choose_settings(grid, cells) == {("tiny-easy", "grpo4"): None}  # "half" has not finished
+    assert recommendation(grid, cells) is None
+    fake(cells[2], [0.0, 0.5, 0.5])  # ties lr-high: the earlier setting wins
+    assert choose_settings(grid, cells) == {("tiny-easy", "grpo4"): "lr-high"}
+    rec = recommendation(grid, cells)
+    assert (rec["method"], rec["setting"], rec["scores"]) == ("grpo4", "lr-high", {"tiny-easy": 0.5})
+    # the pick as a config of its own: the method's config and the setting, not the grid's run overrides
+    cfg = recommended_config(grid, rec)
+    assert (cfg.name, cfg.optim.lr, cfg.train.batch_size, cfg.train.steps) == ("v05_recommended", 2.0e-3, 32, 2000)
+    assert recommended_config(grid, {**rec, "setting": "half"}).train.batch_size == 16
+    with pytest.raises(ValueError, match="not a method and tuning setting"):
+        recommended_config(grid, {**rec, "setting": "lr-low"})
+    # the comparison has not run yet (only an untuned method's cell has finished): the report leaves the task out
+    # instead of failing, and the pick is there
+    rloo = [c for c in grid_cells(grid, tmp_path / "mx", choices={}) if c.method.name == "rloo"]
+    assert [c.run_dir.name for c in rloo] == ["rloo-s0"]
+    fake(rloo[0], [0.0, 0.2])
+    partial = matrix_results(grid, rloo, cells)
+    assert partial["tasks"] == {} and partial["pending"]["tiny-easy"]["tuning"]["grpo4"]["chosen"] == "lr-high"
+    text = recommended_yaml(grid, rec, "v05 bench matrix g.yaml --recommended r.yaml")
+    assert text.startswith("# v05-recommended: `grpo4` at tuning setting `lr-high`")
+    (tmp_path / "r.yaml").write_text(text)
+    assert load_config(str(tmp_path / "r.yaml")) == cfg
+
+
+def _fmt_score(value: float) -> str:
+    return format(value, ".3f")
+
+
+def test_bench_matrix_tunes_then_compares_at_the_chosen_setting(tmp_path, tiny_grid):
+    """The sweep runs first on the tuning seed; the tuned method's comparison cells take the chosen setting's
+    overrides, the untuned method keeps its config; the JSON and the page report the sweep."""
+    from v05.report.runs import load_run  # noqa: PLC0415
+
+    grid_file = tuning_grid(tmp_path, tiny_grid)
+    out, doc = tmp_path / "mx", tmp_path / "results.md"
+    res = bench_matrix(grid_file, out, progress=False, doc=doc, recommended=tmp_path / "rec.yaml")
+    assert res["failures"] == {}
+    assert "name: v05_recommended" in (tmp_path / "rec.yaml").read_text()
+    scores = {s: tuning_score(load_run(out / "tiny-easy" / f"grpo4@{s}-s7")) for s in ("default", "lr-high", "half")}
+    best = max(scores, key=lambda s: (scores[s], -["default", "lr-high", "half"].index(s)))
+    task = res["results"]["tasks"]["tiny-easy"]
+    assert task["tuning"]["grpo4"]["chosen"] == best and task["methods"]["grpo4"]["setting"] == best
+    assert task["tuning"]["grpo4"]["settings"]["lr-high"]["score"] == pytest.approx(scores["lr-high"])
+    assert task["methods"]["rloo"]["setting"] is None
+    label = "grpo4" if best == "default" else f"grpo4@{best}"
+    cfg = yaml.safe_load((out / "tiny-easy" / f"{label}-s0" / "config.yaml").read_text())
+    expected = {"default": (1.0e-4, 8), "lr-high": (2.0e-3, 8), "half": (1.0e-4, 4)}[best]
+    assert (cfg["optim"]["lr"], cfg["train"]["batch_size"]) == expected and cfg["seed"] == 0
+    assert task["methods"]["grpo4"]["seeds"] == [0]  # the tuning seed is not compared
+    assert "Equal tuning budget (seed 7" in doc.read_text() and f"**{_fmt_score(scores[best])}" in doc.read_text()
+    assert res["results"]["recommended"]["method"] == "grpo4" and res["results"]["recommended"]["setting"] == best
+    assert f"Pick: `grpo4` at `{best}`" in doc.read_text()
+
+
+def test_packaged_recommended_config_is_the_prior_pay_pick():
+    """`v05-recommended` (an interface contract) is the config the prior-pay grid's tuning sweep picked by its stated
+    rule (benchmarks/results/matrix/prior-pay.json, `recommended`), written by `v05 bench matrix ... --recommended`:
+    editing the file by hand, or a pick that moved, turns this red."""
+    results = json.loads((REPO / "benchmarks/results/matrix/prior-pay.json").read_text())
+    rec = results["recommended"]
+    assert rec is not None and rec["method"] in ("v05_eb_k1_b128", "v05_eb_select", "v05_eb_budget", "v05_budget")
+    grid = load_grid(REPO / "benchmarks/grids/prior-pay.yaml")
+    assert load_config("v05-recommended") == recommended_config(grid, rec)
+    assert rec["score_mean"] == pytest.approx(max(
+        np.mean([t["tuning"][m]["settings"][s]["score"] for t in [*results["tasks"].values(),
+                                                                   *results.get("pending", {}).values()]])
+        for m in grid.tuning.recommend for s in [x.name for x in grid.tuning.settings]
+    ))  # fmt: skip
+    # the demo shows it beside its peers: one warm start and one rollout budget with the demo configs
+    cfg, grpo4 = load_config("v05-recommended"), load_config("demo-grpo4")
+    assert warm_start_dir(cfg) == warm_start_dir(grpo4) and cfg.train.max_rollouts == grpo4.train.max_rollouts
