@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from v05.cli import main
+from v05.grid.cells import grid_cells
+from v05.grid.spec import load_grid
 from v05.train import demo as demo_module
 from v05.train.config import load_config, to_yaml
 from v05.train.demo import (
@@ -21,7 +23,6 @@ from v05.train.demo import (
     run_demo,
 )
 from v05.train.loop import TrainResult
-from v05.train.matrix import grid_cells, load_grid
 
 LM_GRID = Path(__file__).resolve().parents[2] / "benchmarks" / "grids" / "lm.yaml"
 ROLLOUTS_PER_STEP = 64
