@@ -42,6 +42,12 @@ def test_results_markdown_states_every_claim():
     assert "0.600 vs grpo4 0.400 (higher)" in text
     assert "k = 4 beats GRPO@16" in text or "k = 4 ties GRPO@16" in text
     assert "| v05 | v05 | 2 |" in text
+    # the evidence grid names the paper's method v05_paper: the claims read it there too
+    renamed = task_of({"grpo4": ref, "grpo16": g16, "v05_paper": v05, "v05_k4": k4})
+    text = results_markdown(grid, {"tasks": {"t": renamed}}, meta)
+    assert "0.525 (sd 0.025) vs grpo4 1.050 (sd 0.050)" in text and "0.600 vs grpo4 0.400 (higher)" in text
+    nothing = results_markdown(grid, {"tasks": {"t": task_of({"grpo4": ref, "grpo16": g16})}}, meta)
+    assert "no run of the paper's V0.5" in nothing
 
 
 def test_results_page_lists_each_method_with_its_config_and_overrides():

@@ -172,6 +172,15 @@ def _m(task: dict[str, Any], name: str) -> dict[str, Any] | None:
     return task["methods"].get(name)
 
 
+PAPER_METHODS = ("v05", "v05_paper")
+"""Grid method names of the paper's V0.5 (test + OSLA) the claims read: the standard grid's, the evidence grid's."""
+
+
+def _paper(task: dict[str, Any]) -> dict[str, Any] | None:
+    """The task's run of the paper's V0.5 (the first of :data:`PAPER_METHODS` it has), None without one."""
+    return next((m for n in PAPER_METHODS if (m := _m(task, n)) is not None), None)
+
+
 def _pts(d: float | None, se: float | None) -> str:
     return "—" if d is None else f"{100 * d:+.1f} ± {100 * (se or 0.0):.1f} points"
 
@@ -203,9 +212,9 @@ def claims(results: dict[str, Any]) -> list[str]:
         return " ".join(f"**{name}**: {fn(t)}" for name, t in tasks.items())
 
     def grad(t: dict[str, Any]) -> str:
-        v, rows = _m(t, "v05"), []
+        v, rows = _paper(t), []
         if v is None:
-            return "no `v05` run."
+            return "no run of the paper's V0.5."
         for g in ("grpo4", "grpo16"):
             if (m := _m(t, g)) is not None and v["grad_norm_mean"] is not None and m["grad_norm_mean"] is not None:
                 lower = "lower" if v["grad_norm_mean"] < m["grad_norm_mean"] else "not lower"
@@ -222,9 +231,9 @@ def claims(results: dict[str, Any]) -> list[str]:
     )
 
     def ent(t: dict[str, Any]) -> str:
-        v, rows = _m(t, "v05"), []
+        v, rows = _paper(t), []
         if v is None or v["entropy_final"] is None:
-            return "no `v05` run."
+            return "no run of the paper's V0.5."
         for g in ("grpo4", "grpo16"):
             if (m := _m(t, g)) is not None and m["entropy_final"] is not None:
                 word = "higher" if v["entropy_final"] > m["entropy_final"] else "not higher"
