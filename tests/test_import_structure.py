@@ -23,8 +23,8 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("helpers", ("_checks", "names", "timing", "extras", "stats", "hardware")),  # checks, registry helper, timing,
     # extras table, the statistics the grid and the reports share (intervals, paired differences, crossings), CPU label
     ("core", ("groups", "rewards", "baselines", "advantages", "allocation", "estimators", "registry")),  # numpy core
-    ("leaves", ("datasets", "tasks", "report", "value")),  # V0 data, tasks and verifiers, run readers, POISE probe
-    ("priors", ("priors",)),  # prompt-level priors (their heads include value.probe's; they read V0 data)
+    ("leaves", ("datasets", "tasks", "report", "value_probe")),  # V0 data, tasks and verifiers, run readers, probe
+    ("priors", ("priors",)),  # prompt-level priors (their heads include value_probe's; they read V0 data)
     ("sim+engines", ("sim", "engines")),  # the simulator (over priors); the rollout engines (torch)
     ("train", ("train",)),  # the CPU/GPU trainer
     ("adapters", ("adapters",)),  # verl and TRL (verl's trainer mode checkpoints with train.state), the TRL benches
@@ -126,7 +126,7 @@ def _where(edges: dict[tuple[str, str], list[int]], a: str, b: str) -> str:
 def test_the_graph_sees_top_level_local_and_relative_imports():
     """The parser finds arrows of every kind it claims to (a parser that saw nothing would pass the tests below)."""
     edges = import_edges()
-    assert ("v05.priors.head_registry", "v05.value.probe") in edges  # module level, from-import of a module's name
+    assert ("v05.priors.head_registry", "v05.value_probe") in edges  # module level, from-import of a module's name
     assert ("v05.train.loop", "v05.engines.vllm") in edges  # function-local (the optional vLLM engine)
     assert ("v05", "v05.registry") in edges  # the package __init__ as importer
     assert ("v05.adapters.verl_trainer", "v05.priors") in edges  # ``from v05.priors import x`` is the package
@@ -166,6 +166,37 @@ def test_every_allowed_exception_is_still_needed():
     assert not stale, f"ALLOWED_UPWARD entries no longer needed, remove them: {stale}"
 
 
+def package_names_hiding_submodules() -> list[str]:
+    """``pkg.name`` pairs where a package ``__init__`` binds ``name`` to something other than its submodule ``name``.
+
+    ``from v05.estimators.poise_baseline import poise`` in a package that also had a submodule ``poise`` would leave
+    ``v05.estimators.poise`` the function, so ``import v05.estimators.poise as m`` hands back the function.
+    """
+    modules = module_files()
+    hidden = []
+    for name, (path, is_package) in modules.items():
+        if not is_package:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            base = node.module or ""
+            if node.level:
+                anchor = name.split(".")[: len(name.split(".")) - (node.level - 1)]
+                base = ".".join(anchor + ([node.module] if node.module else []))
+            for alias in node.names:
+                bound = f"{name}.{alias.asname or alias.name}"
+                if bound in modules and f"{base}.{alias.name}" != bound:
+                    hidden.append(bound)
+    return hidden
+
+
+def test_no_package_name_hides_a_submodule():
+    """No package re-exports a name that is also one of its submodules' names (module files are named apart from
+    the functions they hold: ``estimators/poise_baseline.py`` holds ``poise``)."""
+    assert not package_names_hiding_submodules(), package_names_hiding_submodules()
+
+
 def test_find_cycle_reports_the_circle_and_floor_of_the_longest_prefix():
     """The helpers themselves: a three-module circle comes back as its path; a dotted prefix beats a shorter one."""
     edges = {("a", "b"): [1], ("b", "c"): [2], ("c", "a"): [3], ("c", "d"): [4]}
@@ -173,4 +204,4 @@ def test_find_cycle_reports_the_circle_and_floor_of_the_longest_prefix():
     assert cycle is not None and cycle[0] == cycle[-1] and sorted(cycle[:-1]) == ["a", "b", "c"]
     assert find_cycle({("a", "b"): [1], ("b", "c"): [2], ("a", "c"): [3]}) is None
     assert floor_of("v05") == len(FLOORS) - 1
-    assert floor_of("v05.priors.heads") == floor_of("v05.priors") > floor_of("v05.value.probe")
+    assert floor_of("v05.priors.heads") == floor_of("v05.priors") > floor_of("v05.value_probe")

@@ -6,7 +6,7 @@ back to rollouts with ``x_g[group]``.
 
 ``HeadOutput`` names what an in-context head's ``predict`` returns: ``"score"`` (±1 scores, E[s]) or
 ``"prob_nonneg"`` (V0's label, P(s ≥ 0)). It lives here, below ``priors`` and ``value``, because heads of both
-declare it (``priors.heads``, ``value.probe``) and ``priors.head_registry`` registers them all.
+declare it (``priors.heads``, ``value_probe``) and ``priors.head_registry`` registers them all.
 """
 
 from __future__ import annotations

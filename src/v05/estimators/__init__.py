@@ -10,7 +10,7 @@ from v05.estimators._batch import Estimate
 from v05.estimators.fusion import PriorErrorState, v05, v05_eb
 from v05.estimators.group import drgrpo, grpo, oracle, reinforce_pp, reinforce_pp_baseline, rloo
 from v05.estimators.history import dbb
-from v05.estimators.probe import cross_rollout_targets, poise
+from v05.estimators.poise_baseline import cross_rollout_targets, poise
 
 __all__ = [
     "Estimate",

@@ -1,7 +1,7 @@
 """Head name → head factory: the one registry of the in-context providers' heads.
 
 It sits above the modules that define heads — :mod:`v05.priors.heads` (kernel ridge, GP, kNN, logistic, TabPFN),
-:mod:`v05.value.probe` (``pca_ridge``, POISE's probe on prompt features) and :mod:`v05.priors.v0_official` (TabPFN
+:mod:`v05.value_probe` (``pca_ridge``, POISE's probe on prompt features) and :mod:`v05.priors.v0_official` (TabPFN
 configured as the released V0 runs it) — so none of them imports another to register itself. Importing it loads
 numpy only: scikit-learn, TabPFN and torch are imported when a head is fitted.
 """
@@ -13,7 +13,7 @@ from collections.abc import Callable
 from v05.names import build
 from v05.priors.heads import GaussianProcessHead, Head, KernelRidgeHead, KNNHead, LogisticHead, TabPFNHead
 from v05.priors.v0_official import V0TabPFNHead
-from v05.value.probe import PcaRidgeHead
+from v05.value_probe import PcaRidgeHead
 
 HEADS: dict[str, Callable[..., Head]] = {
     "krr": KernelRidgeHead,

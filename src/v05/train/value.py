@@ -55,7 +55,7 @@ from v05.train.features import recompute_pass
 from v05.train.forward import prefix_rows
 from v05.train.loss import loss_norm
 from v05.train.state import state_from_json, state_to_json
-from v05.value.probe import GroupBuffer, PoiseProbe
+from v05.value_probe import GroupBuffer, PoiseProbe
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,10 @@
 r"""POISE's value probe and its FIFO buffer of prompt groups; the prompt-only ``pca_ridge`` head.
 
+A value probe is fitted online on the policy's own features (numpy; scikit-learn is imported on use; no torch). It is
+the model behind three names: the ``poise`` estimator's baseline (:mod:`v05.estimators.poise_baseline` owns the
+advantage arithmetic), the ``pca_ridge`` head, and through it the ``probe`` prior provider
+(:class:`v05.priors.learned.ProbeProvider`).
+
 The probe maps one rollout's features to a value on the reward scale (arXiv:2605.07579, released recipe):
 
     z = [PCA_p(h_p) ; PCA_r(h_r) ; scalars],   ŷ = clip(ȳ + wᵀ (z − z̄)/s_z, lo, hi),
@@ -7,8 +12,9 @@ The probe maps one rollout's features to a value on the reward scale (arXiv:2605
 
 h_p, h_r are the pooled hidden states of the prompt tail and the response tail, ``scalars`` the entropy features.
 Per step the caller does, in this order: predict every rollout with the *previous* probe → advantages
-(:func:`v05.estimators.probe.poise`) → ``buffer.append(...)`` with :func:`~v05.estimators.probe.cross_rollout_targets`
-→ ``probe.fit(*buffer.arrays())``. Predicting after the refit would let the step's own outcomes into its baselines.
+(:func:`v05.estimators.poise_baseline.poise`) → ``buffer.append(...)`` with
+:func:`~v05.estimators.poise_baseline.cross_rollout_targets` → ``probe.fit(*buffer.arrays())``. Predicting after the
+refit would let the step's own outcomes into its baselines.
 
 Deviations from the release (``holi-lab/POISE``, ``fit_estimator``, ``RecentDomainBuffer``): float64 throughout (the
 release casts features to float32; differences ~1e-6); fitted parameters are stored as plain arrays and applied with
@@ -293,8 +299,8 @@ class GroupBuffer:
 
     A group is the rows of one key within one :meth:`append` (the same prompt in a later step is a new group), kept
     in first-appearance order; a group is never split. Rows with a NaN target (singleton groups, see
-    :func:`~v05.estimators.probe.cross_rollout_targets`) are dropped. As the release, a single group larger than
-    ``max_rows`` is evicted at once (the buffer may then be empty).
+    :func:`~v05.estimators.poise_baseline.cross_rollout_targets`) are dropped. As the release, a single group larger
+    than ``max_rows`` is evicted at once (the buffer may then be empty).
 
     The JSON state stores every feature as a list: 4,096 rows of two 2,560-wide hidden states (Qwen3-4B) are
     ~21 M floats, ~0.4 GB of text; pool or reduce the features first for large models.

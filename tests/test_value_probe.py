@@ -1,4 +1,4 @@
-"""Claims about POISE's probe, its group buffer and the prompt-only ``pca_ridge`` head (``v05.value.probe``)."""
+"""Claims about POISE's probe, its group buffer and the prompt-only ``pca_ridge`` head (``v05.value_probe``)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from v05.estimators.probe import cross_rollout_targets, poise
+from v05.estimators.poise_baseline import cross_rollout_targets, poise
 from v05.priors.heads import cross_val_fit
-from v05.value.probe import GroupBuffer, PcaRidgeHead, PoiseProbe
+from v05.value_probe import GroupBuffer, PcaRidgeHead, PoiseProbe
 
 
 def _rollouts(rng, n_groups, k=2, hp=24, hr=40, s=3):

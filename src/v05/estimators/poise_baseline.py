@@ -1,7 +1,7 @@
 r"""POISE: a cross-rollout baseline from a probe on the policy's own hidden states (arXiv:2605.07579).
 
 This module owns the advantage arithmetic only: the probe's per-rollout predictions g(z_i) come in as ``values``
-(fitted and queried by :class:`v05.value.probe.PoiseProbe`), and :func:`cross_rollout_targets` gives the rows the
+(fitted and queried by :class:`v05.value_probe.PoiseProbe`), and :func:`cross_rollout_targets` gives the rows the
 probe is trained on. Order per step (SPEC §6): predict with the previous probe → :func:`poise` → append the step's
 ``(features, cross_rollout_targets)`` rows to the buffer → refit.
 
@@ -49,7 +49,7 @@ def poise(
         rewards: (N,) rewards on the declared scale.
         group: (N,) group ids in [0, G).
         values: (N,) per-rollout probe predictions g(z_i) on the reward scale, within the reward range (the probe
-            clips its output; see :class:`v05.value.probe.PoiseProbe`); required.
+            clips its output; see :class:`v05.value_probe.PoiseProbe`); required.
         reward_range: ``"pm1"`` or ``"01"`` (the release works in 0/1).
         scale: advantage scaling; ``"none"`` (default, the release), ``"batch_std"``, ``"batch_whiten"`` or
             ``"model_std"``. ``"group_std"`` is refused: siblings' predictions give all-equal groups signal, but their

@@ -1,4 +1,4 @@
-"""Claims about the POISE cross-rollout estimator (``v05.estimators.probe``)."""
+"""Claims about the POISE cross-rollout estimator (``v05.estimators.poise_baseline``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.strategies import ragged_batches
-from v05.estimators.probe import cross_rollout_targets, poise
+from v05.estimators.poise_baseline import cross_rollout_targets, poise
 
 
 def _poise_loop(r, group, values):
