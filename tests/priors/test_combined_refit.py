@@ -12,9 +12,9 @@ import pytest
 from scipy.linalg import cho_factor, cho_solve
 
 from v05.priors import make_provider
-from v05.priors.incontext import CombinedProvider, _CombinedFit, _group_means, _stack_weights
+from v05.priors.combined import CombinedProvider, _CombinedFit, _group_means, _stack_weights
+from v05.priors.compose import CalibrationRows
 from v05.priors.kernel_cache import fixed_point_rbf, fixed_point_rows
-from v05.priors.providers import CalibrationRows
 
 WORDS = ["algebra", "geometry", "primes", "calculus", "probability", "integers", "triangle", "sequence"]
 FILLER = (

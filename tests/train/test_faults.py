@@ -24,7 +24,7 @@ import v05.tasks.arithmetic as arithmetic
 import v05.train.loop as loop
 import v05.train.rundir as rundir
 from tests.train._rows import comparable, rows_of
-from v05.priors.providers import HistoryProvider
+from v05.priors.history import HistoryProvider
 from v05.train.config import load_config
 from v05.train.loop import RunStopped, train
 from v05.train.rundir import latest_checkpoint, load_checkpoint

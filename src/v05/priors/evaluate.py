@@ -21,9 +21,9 @@ import numpy as np
 from v05.datasets.v0 import V0Dataset, V0Rows, load_v0
 from v05.priors.backends import make_backend
 from v05.priors.base import PriorPrediction
+from v05.priors.compose import BaseProvider
 from v05.priors.embeddings import Embedder
 from v05.priors.metrics import eb_fusion_ratio, prior_metrics, reliability_plot
-from v05.priors.providers import BaseProvider
 from v05.priors.registry import EMBEDDING_PROVIDERS, PROVIDERS, make_provider
 
 EMBEDDING_OPTIONS = frozenset(

@@ -8,7 +8,7 @@ of it. :class:`PriorGuard` wraps a provider's two calls:
     update:   the fallback always learns the outcomes; an exception in ``provider.update`` is logged and counted,
               the step goes on (the provider keeps whatever state it had).
 
-The fallback is :class:`v05.priors.providers.RunningMeanProvider` — the same policy-level mean the ``running_mean``
+The fallback is :class:`v05.priors.history.RunningMeanProvider` — the same policy-level mean the ``running_mean``
 prior gives — fed the same outcomes every step, so it is ready the moment it is needed; its state is checkpointed
 beside the provider's. Degenerate cases: before any outcome the fallback predicts V = 0 (p = 0.5); a provider that
 fails every step turns the run into one with the ``running_mean`` prior, and the counters say so. Numpy only.
@@ -26,7 +26,7 @@ import numpy as np
 from v05._checks import error_line
 from v05._types import FloatArray
 from v05.priors.base import PriorPrediction
-from v05.priors.providers import RunningMeanProvider
+from v05.priors.history import RunningMeanProvider
 
 log = logging.getLogger(__name__)
 

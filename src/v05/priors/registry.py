@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from v05.extras import require_modules
 from v05.names import build
-from v05.priors.incontext import CombinedProvider, ProbeProvider, V0Provider
-from v05.priors.providers import BaseProvider, HistoryProvider, OracleProvider, RunningMeanProvider
+from v05.priors.combined import CombinedProvider
+from v05.priors.compose import BaseProvider
+from v05.priors.history import HistoryProvider, RunningMeanProvider
+from v05.priors.learned import ProbeProvider, V0Provider
+from v05.priors.oracle import OracleProvider
 
 PROVIDERS: dict[str, type[BaseProvider]] = {
     "running_mean": RunningMeanProvider,

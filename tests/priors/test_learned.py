@@ -1,4 +1,4 @@
-"""Claims about the in-context providers (v0, combined) on synthetic prompts with TF-IDF features."""
+"""Claims about the learned providers fitted in context (``v0``, ``combined``) on synthetic prompts (TF-IDF)."""
 
 import json
 import logging
@@ -24,7 +24,7 @@ def _opts(**kw):
 
 
 @pytest.mark.parametrize("name", ["v0", "combined"])
-def test_incontext_provider_learns_a_prompt_signal(name):
+def test_learned_provider_learns_a_prompt_signal(name):
     """With a topic that sets difficulty, the provider ranks unseen hard prompts below easy ones (AUC > 0.9)."""
     rng = np.random.default_rng(0)
     ids, texts, mu = _prompts(rng, 300)
@@ -74,7 +74,7 @@ def test_combined_pools_context_across_policies():
     assert pred.mean[hard].mean() < pred.mean[~hard].mean()
 
 
-def test_incontext_state_round_trips():
+def test_learned_state_round_trips():
     """v0 state (buffers, history, calibration rows) is JSON and restores the same predictions."""
     rng = np.random.default_rng(3)
     ids, texts, mu = _prompts(rng, 80)

@@ -1,4 +1,4 @@
-r"""Provider machinery and the two history priors: ``running_mean`` and ``history`` (DBB/MoPPS-style).
+r"""The machinery every prior provider shares: composition of its parts, online calibration, history, state.
 
 Every provider composes its prediction from three parts, each weighted by its measured error (SPEC §4.4):
 
@@ -15,8 +15,7 @@ holds ``min_online`` groups, else from the provider's own cross-validation on it
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -25,9 +24,7 @@ from v05._checks import as_real, check_int, check_positive
 from v05._types import FloatArray
 from v05.allocation.posterior import BetaHistory, Decay
 from v05.priors.base import TAU2_FLOOR, Calibration, PriorPrediction, calibrate
-from v05.rewards import from_pass_rate, to_pass_rate
-
-log = logging.getLogger(__name__)
+from v05.rewards import to_pass_rate
 
 DEFAULT_N0 = 1.0
 """Pseudo-count assumed before anything was measured (≈ the worth of a policy mean on V0 data)."""
@@ -320,147 +317,4 @@ def _outcomes(ids: list[str], scores: FloatArray, counts: FloatArray) -> tuple[F
     return s, k
 
 
-@dataclass(kw_only=True)
-class RunningMeanProvider(BaseProvider):
-    """The policy-level mean score of the last ``steps`` updates (rollout-weighted); the same V for every prompt.
-
-    Calibration before online rows: leave-one-out means over the window, m₋ᵢ = (S − kᵢv̄ᵢ)/(K − kᵢ).
-    """
-
-    name = "running_mean"
-    steps: int = 4
-    stats_: dict[str, list[tuple[float, float]]] = field(default_factory=dict, init=False)
-    rows_: dict[str, list[CalibrationRows]] = field(default_factory=dict, init=False)
-
-    def __post_init__(self) -> None:
-        BaseProvider.__post_init__(self)
-        check_int(self.steps, "steps", 1)
-
-    def policy_mean(self, policy: str) -> float:
-        """Rollout-weighted mean score of the window (0, i.e. p = 0.5, with a warning when nothing was seen)."""
-        stats = self.stats_.get(policy, [])
-        total = sum(n for _, n in stats)
-        if total <= 0:
-            log.warning("prior for policy %r has no outcomes yet: predicting 0 (pass rate 0.5)", policy)
-            return 0.0
-        return sum(s for s, _ in stats) / total
-
-    def _parts(self, ids: list[str], texts: list[str], policy: str) -> tuple[FloatArray, FloatArray]:
-        return np.full(len(ids), self.policy_mean(policy)), np.zeros(len(ids))
-
-    def _learn(self, ids: list[str], texts: list[str], scores: FloatArray, counts: FloatArray, policy: str) -> None:
-        stats = self.stats_.setdefault(policy, [])
-        stats.append((float(np.sum(scores * counts)), float(np.sum(counts))))
-        del stats[: -self.steps]
-        blocks = self.rows_.setdefault(policy, [])  # one block of groups per step, the same window as the mean
-        blocks.append(
-            CalibrationRows(np.zeros_like(scores), np.zeros_like(scores), np.zeros_like(scores), scores, counts)
-        )
-        del blocks[: -self.steps]
-
-    def _cv_rows(self, policy: str) -> CalibrationRows:
-        rows = CalibrationRows()
-        for block in self.rows_.get(policy, []):
-            rows = rows.append(block, window=1 << 30)
-        if len(rows) < 2:
-            return CalibrationRows()
-        total, n = float(np.sum(rows.vbar * rows.k)), float(np.sum(rows.k))
-        loo = (total - rows.vbar * rows.k) / (n - rows.k)  # (R,) mean of the other rows
-        return CalibrationRows(loo, np.zeros(len(rows)), loo, rows.vbar, rows.k)
-
-    def state_dict(self) -> dict[str, object]:
-        """JSON-serialisable state (never pickled)."""
-        state = BaseProvider.state_dict(self)
-        state["stats"] = {p: [list(x) for x in s] for p, s in self.stats_.items()}
-        state["rows"] = {p: [r.to_dict() for r in blocks] for p, blocks in self.rows_.items()}
-        return state
-
-    def load_state_dict(self, state: dict[str, object]) -> None:
-        """Restore what ``state_dict`` returned."""
-        BaseProvider.load_state_dict(self, state)
-        self.stats_ = {p: [(float(a), float(b)) for a, b in s] for p, s in state["stats"].items()}  # type: ignore[attr-defined]
-        self.rows_ = {p: [CalibrationRows.from_dict(r) for r in blocks] for p, blocks in state["rows"].items()}  # type: ignore[attr-defined]
-
-
-@dataclass(kw_only=True)
-class HistoryProvider(RunningMeanProvider):
-    """Per-prompt discounted Beta history (``BetaHistory``) shrunk toward the policy mean with its measured n0.
-
-    A prompt seen before gets V = (E_sum + n_m·m)/(E_n + n_m); an unseen prompt gets the policy mean m.
-    References: MoPPS (arXiv:2507.04632), DBB (arXiv:2603.18444).
-    """
-
-    name = "history"
-    use_history: bool = True
-
-
-OracleSampler = Callable[[list[str], int], tuple[FloatArray, FloatArray]]
-"""``sampler(prompt_ids, draw) -> (successes, counts)``: extra rollouts of the current policy, ``draw`` seeding them."""
-
-
-@dataclass(kw_only=True)
-class OracleProvider(BaseProvider):
-    r"""An upper bound on what any prior can add: each prompt's pass rate measured by extra rollouts of the policy.
-
-        p̂ = (s + 1/2)/(m + 1)  from m = ``rollouts`` fresh rollouts of the current policy,   V = 2p̂ − 1
-
-    The extra rollouts are drawn by the trainer (``bind_sampler``) before the step's own, are not trained on and
-    are not counted in the run's rollouts or compute (they are counted in ``oracle_rollouts_``): a simulation-only
-    bound, never a method. Its error is sampling noise only, E[(V − μ)²] ≈ 4·p(1 − p)/(m + 1) (≈ 0.04 at p = 0.3,
-    m = 16) — far below a learned prior's. The Jeffreys-style +1/2 keeps V off ±1 (an all-fail draw of a hard prompt
-    is not certainty). Calibration (n0) is the base machinery's, like every provider's.
-
-    Raises:
-        RuntimeError: ``predict`` before a sampler is bound (only ``v05 train`` can bind one; TRL and verl cannot).
-    """
-
-    name = "oracle"
-    rollouts: int = 16
-    needs_sampler = True
-    sampler_: OracleSampler | None = field(default=None, init=False, repr=False)
-    oracle_rollouts_: int = field(default=0, init=False)
-
-    def __post_init__(self) -> None:
-        BaseProvider.__post_init__(self)
-        check_int(self.rollouts, "rollouts", 1)
-
-    def bind_sampler(self, sampler: OracleSampler) -> None:
-        """Give the provider the trainer's extra-rollout sampler (:data:`OracleSampler`)."""
-        self.sampler_ = sampler
-
-    def _parts(self, ids: list[str], texts: list[str], policy: str) -> tuple[FloatArray, FloatArray]:
-        if self.sampler_ is None:
-            raise RuntimeError(
-                "the oracle prior draws extra rollouts from the policy: only v05 train binds its sampler (a "
-                "simulation-only upper bound; TRL and verl cannot run it)"
-            )
-        successes, counts = self.sampler_(ids, self.step_)
-        successes, counts = np.asarray(successes, np.float64), np.asarray(counts, np.float64)
-        if successes.shape != (len(ids),) or counts.shape != (len(ids),) or np.any(counts < 1):
-            raise ValueError(f"oracle sampler returned shapes {successes.shape}, {counts.shape} for {len(ids)} prompts")
-        self.oracle_rollouts_ += int(counts.sum())
-        p_hat = (successes + 0.5) / (counts + 1.0)
-        return from_pass_rate(p_hat, "pm1"), np.zeros(len(ids))
-
-    def _learn(self, ids: list[str], texts: list[str], scores: FloatArray, counts: FloatArray, policy: str) -> None:
-        """Nothing to learn: every prediction is measured afresh."""
-
-    def state_dict(self) -> dict[str, object]:
-        """JSON-serialisable state: the base state and the extra rollouts drawn."""
-        return {**BaseProvider.state_dict(self), "oracle_rollouts": self.oracle_rollouts_}
-
-    def load_state_dict(self, state: dict[str, object]) -> None:
-        """Restore :meth:`state_dict` output."""
-        BaseProvider.load_state_dict(self, state)
-        self.oracle_rollouts_ = int(state.get("oracle_rollouts", 0))  # type: ignore[call-overload]
-
-
-__all__ = [
-    "DEFAULT_N0",
-    "BaseProvider",
-    "CalibrationRows",
-    "HistoryProvider",
-    "OracleProvider",
-    "OracleSampler",
-    "RunningMeanProvider",
-]
+__all__ = ["DEFAULT_N0", "DEFAULT_SIGMA2", "MAX_COUNT", "PENDING_LIMIT", "BaseProvider", "CalibrationRows"]
