@@ -148,6 +148,22 @@ def test_the_numpy_core_loads_numpy_only():
     assert out.split() == ["numpy"], out
 
 
+def tests_without_docstrings() -> list[str]:
+    """``path::name`` of every test function under tests/ that has no docstring."""
+    missing = []
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            is_test = isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test_")
+            if is_test and not ast.get_docstring(node):
+                missing.append(f"{path.relative_to(ROOT).as_posix()}::{node.name}")
+    return missing
+
+
+def test_every_test_states_its_claim_in_a_docstring():
+    """docs/contributing.md: each test's docstring states the claim it checks; no test function lacks one."""
+    assert not tests_without_docstrings(), tests_without_docstrings()
+
+
 def test_the_checks_see_what_they_claim():
     """The helpers find what they look for (a checker that saw nothing would pass every test above)."""
     assert _calls_print(ast.parse("def f():\n    print('x')"))
@@ -155,3 +171,4 @@ def test_the_checks_see_what_they_claim():
     local = ast.parse("def f():\n    from verl.utils import x\n    import torch.nn")
     assert _imported_roots(local) == {"verl", "torch"}
     assert "adapters/trl.py" in long_modules() and "groups.py" not in long_modules()
+    assert "tests/test_contributing.py::test_the_checks_see_what_they_claim" not in tests_without_docstrings()

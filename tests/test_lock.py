@@ -65,6 +65,7 @@ def _requirements(extras: tuple[str, ...]) -> set[str]:
 
 @pytest.mark.parametrize("lock", sorted(ENVIRONMENTS))
 def test_each_lock_pins_every_requirement_of_its_environment(lock):
+    """Each lock pins torch 2.13.0 and every requirement of its environment, and never v05 itself."""
     pins = _lock(lock)
     assert pins.get("torch", "").split("+")[0] == "2.13.0"  # an unpinned torch pulls a CUDA build
     missing = _requirements(ENVIRONMENTS[lock]) - set(pins)
@@ -73,12 +74,14 @@ def test_each_lock_pins_every_requirement_of_its_environment(lock):
 
 
 def test_the_main_lock_holds_verls_core_algos_dependencies():
+    """The main lock holds verl and the packages its core_algos import needs (the verl parity tests run in .venv)."""
     pins = _lock("main.lock")
     assert {"verl", "ray", "tensordict", "omegaconf", "codetiming", "orjson"} <= set(pins)
 
 
 @pytest.mark.skipif(Path(sys.prefix).resolve() != (REPO / ".venv").resolve(), reason="only in make's .venv")
 def test_make_installed_the_locked_versions():
+    """In make's .venv every locked package is installed at its locked version."""
     wrong = {}
     for name, version in _lock("main.lock").items():
         try:

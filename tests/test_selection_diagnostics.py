@@ -46,6 +46,7 @@ def test_diagnostics_average_the_last_fifth_of_train_and_the_final_eval_over_com
 
 
 def test_a_missing_store_or_no_stored_method_is_a_one_line_usage_error(tmp_path, capsys):
+    """A missing store folder or methods none of which are stored exit 2 with a one-line usage error."""
     diag = _load()
     with pytest.raises(SystemExit) as err:
         diag.main(["--store", str(tmp_path / "absent")])

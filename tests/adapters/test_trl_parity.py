@@ -44,6 +44,8 @@ def test_figures_are_measured_against_trls_grpo4_and_the_runner_gap_is_v05_minus
 
 
 def test_bad_arguments_are_refused_before_anything_trains(tmp_path):
+    """An unknown configuration, a set without grpo4 or a budget that is not a multiple of grpo4's rollouts is a
+    ValueError before anything is written."""
     with pytest.raises(ValueError, match="unknown parity configuration"):
         bench_trl_parity(tmp_path, configs=("grpo4", "nope"))
     with pytest.raises(ValueError, match="must include 'grpo4'"):

@@ -233,6 +233,8 @@ def test_pm1_doubles_the_advantage_of_the_same_outcomes(tmp_path):
 
 
 def test_unknown_reward_range_is_refused(tmp_path):
+    """An unknown v05_reward_range is a one-line ValueError listing pm1, 01; the integer 1 (YAML's reading of 01)
+    means 01."""
     with pytest.raises(ValueError) as err:
         config(tmp_path, v05_reward_range="0-1")
     assert one_line(err).startswith("unknown v05_reward_range '0-1'; valid: pm1, 01")

@@ -317,6 +317,7 @@ def test_v05_eb_revisits_never_use_this_batch_and_round_trip_checkpoints():
 
 
 def test_v05_eb_revisits_need_prompt_ids_and_a_known_source():
+    """tau2_from='revisits' needs prompt_ids, one key per group; an unknown tau2_from is a ValueError."""
     with pytest.raises(ValueError, match="prompt_ids"):
         v05_eb([1.0], [0], prior=[0.0], tau2_from="revisits")
     with pytest.raises(ValueError, match="unknown tau2_from"):

@@ -74,6 +74,7 @@ def test_standard_grid_quick_smoke(tmp_path, monkeypatch):
     [(["--workers", "0"], "--workers must be >= 1"), (["--tasks", "nope"], "unknown task setting(s) nope")],
 )
 def test_bad_cli_options_are_one_line_errors(tmp_path, tiny_grid, capsys, extra, message):
+    """Each bad option exits 2 with a one-line message (no traceback) before the output folder is created."""
     from v05.cli import main  # noqa: PLC0415
 
     assert main(["bench", "matrix", str(tiny_grid), "--out", str(tmp_path / "mx"), *extra]) == 2

@@ -14,6 +14,7 @@ from v05.train.config import load_config
 
 
 def test_grid_file_errors_name_the_entry(tmp_path):
+    """Each malformed grid entry is a ValueError whose message names the entry; the good grid loads."""
     good = {"name": "g", "tasks": {"t": {"regime": "easy"}}, "methods": {"grpo4": "demo-grpo4"}}
     load_grid(write_grid(tmp_path / "ok.yaml", good))
     bad = [
@@ -34,6 +35,8 @@ def test_grid_file_errors_name_the_entry(tmp_path):
 
 
 def test_tuning_grid_file_errors_name_the_entry(tmp_path, tiny_grid):
+    """Each malformed tuning entry is a ValueError naming it; a good tuning section loads its settings and quick
+    drops it."""
     good = yaml.safe_load(tuning_grid(tmp_path, tiny_grid).read_text())
     grid = load_grid(tiny_grid)
     assert [s.name for s in grid.tuning.settings] == ["default", "lr-high", "half"]

