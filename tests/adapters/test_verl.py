@@ -195,6 +195,64 @@ def test_verl_loads_the_plugin_through_its_entry_point():
     assert "ERROR" in err and "v05 verl plugin failed to import" in err, err[-2000:]
 
 
+ADAPTER_IMPORTS = (
+    "v05.adapters.verl_estimators",
+    "v05.adapters.verl_trainer",
+    "v05.adapters.verl_plugin",
+    "v05.adapters.verl",
+    "verl",
+)
+
+
+def test_any_import_order_registers_v05_once_without_error():
+    """The plugin's import circle at run time (v05.adapters.verl module docstring): whichever v05 adapter module a
+    fresh interpreter imports first (or verl itself, as a Ray worker does), in any order after it, v05 ends up
+    registered with verl exactly once — every v05 name holds a ``VerlEstimator`` of the one ``verl_estimators``
+    module loaded (a second load would make a new class, which register() refuses as a name taken), the ``v05``
+    trainer mode is the one ``trainer_class()`` — and nothing is logged at ERROR (the old circle logged "the v05
+    verl plugin failed to import" and left v05 unregistered when a lower module came first).
+
+    Orders: each module alone (then only the check, which imports verl: nothing else can register v05 late), and each
+    rotation of :data:`ADAPTER_IMPORTS`. The lower modules import no verl, so verl's loader cannot find them half
+    initialised: after ``verl_estimators`` and ``verl_trainer`` no verl module is loaded."""
+    check = (
+        "from verl.trainer.ppo import core_algos\n"
+        "from v05.adapters.verl_estimators import VERL_ESTIMATORS, VerlEstimator\n"
+        "from v05.adapters.verl_trainer import trainer_class\n"
+        "try:\n    from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY as modes\n"
+        "except ModuleNotFoundError:  # no transfer_queue: no V1 trainer, the estimators only\n    modes = None\n"
+        "reg = core_algos.ADV_ESTIMATOR_REGISTRY\n"
+        "ok = all(type(reg.get(n)) is VerlEstimator and reg[n].estimator == e for n, e in VERL_ESTIMATORS.items())\n"
+        "print(sorted(n for n in reg if n.startswith('v05')), ok, modes and modes.get('v05') is trainer_class())"
+    )
+    n = len(ADAPTER_IMPORTS)
+    orders = [[m] for m in ADAPTER_IMPORTS] + [[*ADAPTER_IMPORTS[i:], *ADAPTER_IMPORTS[:i]] for i in range(n)]
+    env = {k: v for k, v in os.environ.items() if k not in ("VERL_USE_EXTERNAL_MODULES", "VERL_USE_EXTERNAL_PLUGINS")}
+    runs = [
+        subprocess.Popen(
+            [sys.executable, "-c", "".join(f"import {m}\n" for m in order) + check],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for order in orders
+    ]
+    out = [p.communicate(timeout=600) for p in runs]
+    mode = importlib.util.find_spec("transfer_queue") is not None
+    for order, (o, e) in zip(orders, out, strict=True):
+        last = o.strip().splitlines()[-1] if o.strip() else f"<no output> {e[-2000:]}"
+        assert last == f"{sorted(VERL_ESTIMATORS)} True {True if mode else None}", (order, e[-3000:])
+        assert "ERROR" not in e and "failed" not in e, (order, e[-3000:])
+    # the lower modules alone load no verl (what keeps the loader from finding them half initialised)
+    probe = (
+        "import sys\nimport v05.adapters.verl_estimators, v05.adapters.verl_trainer\n"
+        "print(sorted(m for m in sys.modules if m == 'verl' or m.startswith('verl.')))"
+    )
+    alone = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=600)
+    assert alone.stdout.strip().splitlines()[-1:] == ["[]"], alone.stderr[-2000:]
+
+
 def test_verl_extra_and_entry_point_are_declared():
     """pyproject.toml: ``v05[verl]`` takes verl as the tested range (not a pin) with verl's own ``verl-core`` extra
     (no hand-copied verl dependencies) plus v05's priors, and declares the ``verl.plugins`` entry point verl loads."""
@@ -1044,9 +1102,11 @@ def test_launch_script_overrides_compose_with_verls_config(method):
 
 
 def test_plugin_modules_are_the_verl_importers():
-    """verl is imported by the plugin (v05.adapters.verl and verl_estimators at module level, verl_trainer inside
-    functions) and, lazily,
-    by the benchmark's verl anchor (v05.bench); by nothing else (STYLE: the adapter translates, the core computes)."""
+    """verl is imported by the plugin (v05.adapters.verl at module level, verl_trainer inside functions) and, lazily,
+    by the benchmark's verl anchor (v05.bench); by nothing else (STYLE: the adapter translates, the core computes).
+    verl_estimators imports no verl, and v05.adapters.verl is the only module-level importer: a lower module importing
+    verl at module level would be half initialised when verl's plugin loader imports v05.adapters.verl
+    (test_any_import_order_registers_v05_once_without_error)."""
     src = ROOT / "src" / "v05"
     importers = {
         str(p.relative_to(src)): [line[: len(line) - len(line.lstrip())] for line in p.read_text().splitlines()
@@ -1054,8 +1114,6 @@ def test_plugin_modules_are_the_verl_importers():
         for p in src.rglob("*.py")
     }  # fmt: skip
     importers = {path: indents for path, indents in importers.items() if indents}
-    assert sorted(importers) == [
-        "adapters/verl.py", "adapters/verl_estimators.py", "adapters/verl_trainer.py", "bench.py"
-    ]  # fmt: skip
-    assert "" in importers["adapters/verl.py"] and "" not in importers["adapters/verl_trainer.py"]
+    assert sorted(importers) == ["adapters/verl.py", "adapters/verl_trainer.py", "bench.py"]
+    assert [path for path, indents in importers.items() if "" in indents] == ["adapters/verl.py"]
     assert plugin.__name__ == "v05.adapters.verl"

@@ -15,6 +15,22 @@ This module (registration, the guarded scorer), :mod:`v05.adapters.verl_estimato
 and :mod:`v05.adapters.verl_trainer` (the trainer mode) are the only modules of v05 built on verl
 (``v05.bench`` imports this one only as a timing anchor).
 
+The import circle at run time: plugin shim → this module → verl (whose first import runs the plugin loader) →
+plugin shim. It closes harmlessly only if no v05 module is half initialised when verl's loader runs, so this is the
+only module of v05 that imports verl at module level (``verl_estimators`` imports none, ``verl_trainer`` only inside
+functions). Any import order then registers v05 exactly once, in every process that imports verl:
+
+- ``import verl`` first (a Ray worker): the loader imports the shim, the shim this module, which imports verl's
+  submodules from the half-imported verl and registers;
+- this module (or the shim, which imports it) first: its ``import verl`` runs the loader, whose shim finds this
+  module in ``sys.modules`` and returns; this module registers at its end;
+- ``verl_estimators`` or ``verl_trainer`` first: no verl is imported, so nothing runs; the process's first
+  ``import verl`` (or of this module) later is one of the cases above.
+
+A lower module that imported verl at module level would be half initialised when the loader imports this module,
+which would then fail (``cannot import name ... from partially initialized module``), logged at ERROR by the shim,
+and leave v05 unregistered in that process.
+
 verl terms are translated in :mod:`v05.adapters.verl_estimators`: a rollout's outcome reward is
 Σ_t ``token_level_rewards[i, t]``; its group is the
 dense index of its ``uid`` (``v05.groups.group_index``; an OSLA extra round's uid names its prompt's uid in
@@ -60,6 +76,8 @@ from collections.abc import Callable, Mapping
 from importlib.metadata import entry_points
 from typing import Any, Literal
 
+import verl
+from packaging.version import InvalidVersion, Version
 from verl.trainer.ppo import core_algos
 from verl.utils.import_utils import load_extern_object
 from verl.utils.reward_score import default_compute_score
@@ -76,14 +94,12 @@ from v05.adapters.verl_estimators import (
     VerlEstimator,
     VerlStep,
     check_group_filter,
-    check_verl_version,
-    estimator_for,
     is_padding,
     prompt_rows,
     trajectory_owner,
     verl_name,
 )
-from v05.adapters.verl_trainer import register_trainer_mode
+from v05.adapters.verl_trainer import estimator_for, register_trainer_mode
 from v05.tasks.verify import ScoreFaults, finite_reward
 
 logger = logging.getLogger(__name__)
@@ -93,6 +109,20 @@ PLUGIN_GROUP, PLUGIN_NAME, PLUGIN_MODULE = "verl.plugins", "v05", "v05.adapters.
 ``[project.entry-points."verl.plugins"]``; :mod:`v05.adapters.verl_plugin` imports this module, loudly)."""
 VERIFIER_FAULTS = ScoreFaults()
 """This process's counts of :func:`guarded_compute_score` calls that gave the fault reward (errors count garbage)."""
+
+
+def check_verl_version(version: str | None = None) -> None:
+    """Raise ``ValueError`` unless ``version`` (default: the installed ``verl.__version__``) is supported."""
+    found = str(verl.__version__ if version is None else version)
+    try:
+        release = Version(found).release
+    except InvalidVersion:
+        release = ()
+    if not (0, 9, 1) <= tuple(release[:3]) < (0, 10):
+        raise ValueError(
+            f"v05.adapters.verl supports verl{SUPPORTED_VERL} (tested on 0.9.1), found verl {found!r}; "
+            "install one (pip install 'v05[verl]' resolves one) or a v05 release that supports it"
+        )
 
 
 def register(*, trainer: bool = True) -> tuple[str, ...]:

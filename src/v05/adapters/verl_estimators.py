@@ -9,8 +9,11 @@ not counted in any group, state or prior update. Advantages are broadcast over t
 
 This module is the bottom of v05's verl adapter: :mod:`v05.adapters.verl_trainer` (the ``v05`` trainer mode) and
 :mod:`v05.adapters.verl` (the plugin: registration with verl, the guarded scorer) both build on it; it imports
-neither. Registration, the extension points used and the configuration keys are described in
-:mod:`v05.adapters.verl`.
+neither, and no verl either (verl's conventions reach it as data: uids, ``extra_info``, tensors). That is what keeps
+the plugin's import circle closed at run time: the first ``import verl`` of a process runs verl's plugin loader,
+which imports :mod:`v05.adapters.verl`, which imports this module; were this module what imported verl, the loader
+would find it half initialised (:mod:`v05.adapters.verl` module docstring). Registration, the extension points used
+and the configuration keys are described in :mod:`v05.adapters.verl`.
 """
 
 from __future__ import annotations
@@ -24,10 +27,7 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-import verl
 from omegaconf import DictConfig, OmegaConf
-from packaging.version import InvalidVersion, Version
-from verl.trainer.ppo import core_algos
 
 from v05._checks import REWARD_RANGES, RewardRange, reward_range_text
 from v05._types import FloatArray, IntArray
@@ -61,20 +61,6 @@ VERL_ESTIMATORS: dict[str, str] = {
 }
 """verl name → v05 estimator (``oracle`` is left out: it needs the true pass rates; ``poise``: per-rollout probe
 values from the actor's hidden states, which a registered verl estimator does not receive)."""
-
-
-def check_verl_version(version: str | None = None) -> None:
-    """Raise ``ValueError`` unless ``version`` (default: the installed ``verl.__version__``) is supported."""
-    found = str(verl.__version__ if version is None else version)
-    try:
-        release = Version(found).release
-    except InvalidVersion:
-        release = ()
-    if not (0, 9, 1) <= tuple(release[:3]) < (0, 10):
-        raise ValueError(
-            f"v05.adapters.verl supports verl{SUPPORTED_VERL} (tested on 0.9.1), found verl {found!r}; "
-            "install one (pip install 'v05[verl]' resolves one) or a v05 release that supports it"
-        )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -491,18 +477,6 @@ def check_group_filter(algorithm: object, estimator: VerlEstimator) -> None:
         )
 
 
-def estimator_for(name: str) -> VerlEstimator:
-    """The :class:`VerlEstimator` registered in verl under ``name``; ValueError if ``name`` is not one of v05's."""
-    fn = core_algos.ADV_ESTIMATOR_REGISTRY.get(str(name))
-    if not isinstance(fn, VerlEstimator):
-        raise ValueError(
-            f"algorithm.adv_estimator={name!r} is not a v05 estimator; valid: {', '.join(VERL_ESTIMATORS)} "
-            "(registered by v05.adapters.verl.register(); verl loads the plugin through v05's verl.plugins entry "
-            "point, or VERL_USE_EXTERNAL_MODULES=v05.adapters.verl)"
-        )
-    return fn
-
-
 __all__ = [
     "GROUP_FIELD",
     "KEY_FIELD",
@@ -515,8 +489,6 @@ __all__ = [
     "VerlEstimator",
     "VerlStep",
     "check_group_filter",
-    "check_verl_version",
-    "estimator_for",
     "is_padding",
     "prompt_rows",
     "trajectory_owner",

@@ -4,7 +4,9 @@ verl 0.9.1 imports each ``verl.plugins`` entry point's module on ``import verl``
 so a plugin that cannot be imported (a missing dependency, a broken install) would vanish silently from the driver
 and from every Ray worker. This module only imports :mod:`v05.adapters.verl`, which registers v05's estimators and
 trainer mode when verl asks for them, and logs a failure at ERROR with its cause before re-raising it. It imports
-no verl itself.
+no verl itself. When that module is what is importing verl (it was imported first), verl's loader runs this shim while
+the module is still half initialised: the import then returns it from ``sys.modules`` and the module registers at its
+own end (the import circle: :mod:`v05.adapters.verl` module docstring).
 """
 
 from __future__ import annotations

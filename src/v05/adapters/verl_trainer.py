@@ -2,8 +2,9 @@ r"""The ``v05`` trainer mode for verl's V1 trainer: priors from a provider, OSLA
 
 Registered by :func:`v05.adapters.verl.register` (``trainer.v1.trainer_mode=v05``); with :mod:`v05.adapters.verl`
 the only modules of v05 built on verl (split off to keep each under ~500 lines; it imports verl and
-``transfer_queue`` inside functions only, so it loads without them). The trainer needs ``transfer_queue``, as verl's
-V1 trainer does.
+``transfer_queue`` inside functions only, so it loads without them, and importing it never runs verl's plugin loader
+while it or :mod:`v05.adapters.verl_estimators` is half initialised: :mod:`v05.adapters.verl` module docstring). The
+trainer needs ``transfer_queue``, as verl's V1 trainer does.
 
 Why a trainer mode (and not a replay-buffer or agent-loop override): a step needs four hooks that only the trainer
 holds together — the prompt batch before it is dispatched (attach the prior, set ``__rollout_n__``), the agent loop and
@@ -62,11 +63,11 @@ from v05.adapters.verl_estimators import (
     GROUP_FIELD,
     KEY_FIELD,
     TRAINER_MODE,
+    VERL_ESTIMATORS,
     VerlConfig,
     VerlEstimator,
     VerlStep,
     check_group_filter,
-    estimator_for,
     prompt_rows,
     trajectory_owner,
 )
@@ -610,6 +611,20 @@ def _prompt_text(raw_prompt: object) -> str:
     return json.dumps(raw_prompt, sort_keys=True, default=str)
 
 
+def estimator_for(name: str) -> VerlEstimator:
+    """The :class:`VerlEstimator` registered in verl under ``name``; ValueError if ``name`` is not one of v05's."""
+    from verl.trainer.ppo import core_algos  # noqa: PLC0415
+
+    fn = core_algos.ADV_ESTIMATOR_REGISTRY.get(str(name))
+    if not isinstance(fn, VerlEstimator):
+        raise ValueError(
+            f"algorithm.adv_estimator={name!r} is not a v05 estimator; valid: {', '.join(VERL_ESTIMATORS)} "
+            "(registered by v05.adapters.verl.register(); verl loads the plugin through v05's verl.plugins entry "
+            "point, or VERL_USE_EXTERNAL_MODULES=v05.adapters.verl)"
+        )
+    return fn
+
+
 @functools.cache
 def trainer_class() -> type:
     """Build ``V05Trainer``: :class:`V05TrainerMixin` on verl's ``PPOTrainerSync`` (built once, then cached).
@@ -636,4 +651,4 @@ def register_trainer_mode() -> None:
         register_trainer(TRAINER_MODE)(cls)
 
 
-__all__ = ["STATE_FILE", "V05TrainerMixin", "register_trainer_mode", "step_metrics", "trainer_class"]
+__all__ = ["STATE_FILE", "V05TrainerMixin", "estimator_for", "register_trainer_mode", "step_metrics", "trainer_class"]
