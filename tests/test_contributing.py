@@ -50,7 +50,7 @@ ASSERT_ALLOWED: dict[str, str] = {
 HEAVY_IMPORTERS: dict[str, tuple[str, ...]] = {
     "torch": ("priors/embeddings.py", "priors/heads.py", "priors/v0_checkpoint.py", "priors/v0_official.py")
     + ("engines/", "train/", "adapters/", "bench.py"),
-    "verl": ("adapters/verl.py", "adapters/verl_estimators.py", "adapters/verl_trainer.py", "bench.py"),
+    "verl": ("adapters/verl.py", "adapters/verl_trainer.py", "bench.py"),
     "trl": ("adapters/trl.py",),
     "vllm": ("engines/vllm.py",),
 }
