@@ -3,6 +3,8 @@
 import re
 from pathlib import Path
 
+from v05.registry import ESTIMATORS
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -76,3 +78,10 @@ def test_the_doc_path_pattern_reads_what_it_claims():
     """_code_paths finds package-relative, root-relative and ``::name`` paths and skips other projects' paths."""
     text = "`priors/heads.py` `src/v05/groups.py` `tests/test_docs.py::test_x` `verl/trainer/x.py` `groups.py` `a b`"
     assert _code_paths(text) == [("priors/heads.py", ""), ("src/v05/groups.py", ""), ("tests/test_docs.py", "test_x")]
+
+
+def test_the_reference_table_lists_every_registered_estimator():
+    """docs/reference.md's estimator table has a row for each name in the registry (a new estimator needs its row)."""
+    text = (ROOT / "docs/reference.md").read_text()
+    missing = [name for name in ESTIMATORS if f"| `{name}` |" not in text]
+    assert not missing, f"docs/reference.md's estimator table lacks {missing}"
