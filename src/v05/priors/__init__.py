@@ -2,7 +2,7 @@
 
 Step protocol (simulator, trainer, engine adapters)::
 
-    prov = make_provider("combined", backend="minilm")        # or running_mean / history / v0
+    prov = make_provider("combined", backend="minilm")        # or running_mean / domain_mean / history / v0
     pred = prov.predict(prompt_ids, texts, policy="step")     # PriorPrediction: mean (Q,) in [−1, 1], tau2, n0
     ...  rollouts  ...
     scores, counts = group_outcomes(rewards, group)            # flat batch → (G,) ±1 means and rollout counts

@@ -6,12 +6,13 @@ from v05.extras import require_modules
 from v05.names import build
 from v05.priors.combined import CombinedProvider
 from v05.priors.compose import BaseProvider
-from v05.priors.history import HistoryProvider, RunningMeanProvider
+from v05.priors.history import DomainMeanProvider, HistoryProvider, RunningMeanProvider
 from v05.priors.learned import ProbeProvider, V0Provider
 from v05.priors.oracle import OracleProvider
 
 PROVIDERS: dict[str, type[BaseProvider]] = {
     "running_mean": RunningMeanProvider,
+    "domain_mean": DomainMeanProvider,
     "history": HistoryProvider,
     "v0": V0Provider,
     "combined": CombinedProvider,
