@@ -171,8 +171,15 @@ def test_allocator_states_keep_their_layout_through_json(name):
     np.testing.assert_array_equal(a.counts, b.counts)
 
 
-PROVIDERS = [("running_mean", {}), ("history", {}), ("v0", {"backend": "tfidf"}), ("combined", {"backend": "tfidf"}),
-             ("combined", {"backend": "tfidf", "refit_every": 4, "min_context": 12})]  # fitted at update 1: stale
+PROVIDERS = [
+    ("running_mean", {}),
+    ("history", {}),
+    ("v0", {"backend": "tfidf"}),
+    ("combined", {"backend": "tfidf"}),
+    ("combined", {"backend": "tfidf", "refit_every": 4, "min_context": 12}),  # fitted at update 1: stale
+    ("domain_mean", {}),
+    ("domain_mean", {"separator": "2"}),  # keys "12", "32", "20", ...: several domains
+]
 
 
 @pytest.mark.parametrize(("name", "options"), PROVIDERS)

@@ -105,10 +105,11 @@ def exercise(prov, rng: np.random.Generator, n_steps: int, *, p_bad: float) -> N
 
 
 @fuzz_settings(450)
-@given(st.sampled_from(("running_mean", "history")), st.sampled_from((0.0, 0.1, 0.5)), st.integers(1, 5), SEEDS)
+@given(st.sampled_from(("running_mean", "domain_mean", "history")), st.sampled_from((0.0, 0.1, 0.5)),
+       st.integers(1, 5), SEEDS)  # fmt: skip
 def test_history_providers_over_steps(name, p_bad, n_steps, seed):
-    """running_mean and history over steps of messy ids (duplicates with different texts, unicode), scores and
-    counts: ValueError or finite predictions, calibrations and metrics; the state survives JSON."""
+    """running_mean, domain_mean and history over steps of messy ids (duplicates with different texts, unicode),
+    scores and counts: ValueError or finite predictions, calibrations and metrics; the state survives JSON."""
     tick(__name__)
     rng = np.random.default_rng(seed)
     options = {"min_online": pick(rng, (1, 2, 24)), "window": pick(rng, (1, 3, 1024)), "steps": pick(rng, (1, 4)),

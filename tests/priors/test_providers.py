@@ -14,8 +14,8 @@ from v05.priors import PROVIDERS, make_provider
 
 
 def test_registry_has_the_contract_names_and_rejects_unknown():
-    """running_mean, history, v0, combined are registered; unknown names and options are ValueErrors."""
-    assert {"running_mean", "history", "v0", "combined"} <= set(PROVIDERS)
+    """running_mean, domain_mean, history, v0, combined are registered; unknown names and options are ValueErrors."""
+    assert {"running_mean", "domain_mean", "history", "v0", "combined"} <= set(PROVIDERS)
     with pytest.raises(ValueError, match="running_mean, history, v0, combined"):
         make_provider("nope")
     with pytest.raises(ValueError, match="bad options"):
@@ -154,24 +154,30 @@ def test_importing_priors_loads_no_heavy_library():
         min_size=1,
         max_size=5,
     ),
-    st.sampled_from(["running_mean", "history"]),
+    st.sampled_from(["running_mean", "domain_mean", "history"]),
 )
 def test_predictions_stay_in_range_and_survive_a_state_round_trip(steps, name):
     """Any sequence of steps (prompt, rollouts, successes) gives V in [−1, 1], τ² > 0, n0 > 0, and a JSON round
-    trip of the state reproduces the predictions."""
+    trip of the state reproduces the predictions (keys ``d{pid % 3}.p{pid}`` and one without a domain: three
+    domains and the shared one for ``domain_mean``)."""
     prov = make_provider(name)
     for step in steps:
         seen = {}
         for pid, k, wins in step:
-            seen[f"p{pid}"] = (k, min(wins, k))
+            seen[key(pid)] = (k, min(wins, k))
         ids = list(seen)
         k = np.array([seen[i][0] for i in ids], float)
         scores = 2 * np.array([seen[i][1] for i in ids], float) / k - 1
         prov.predict(ids, ids)
         prov.update(ids, ids, scores, k)
-    ids = [f"p{i}" for i in range(7)]
+    ids = [key(i) for i in range(7)]
     pred = prov.predict(ids, ids)
     assert np.all(np.abs(pred.mean) <= 1) and np.all(pred.tau2 > 0) and np.all(pred.n0 > 0)
     other = make_provider(name)
     other.load_state_dict(json.loads(json.dumps(prov.state_dict())))
     np.testing.assert_allclose(other.predict(ids, ids).mean, pred.mean)
+
+
+def key(pid: int) -> str:
+    """A prompt key with a domain prefix, except prompt 5 (the shared domain ``""``)."""
+    return "p5" if pid == 5 else f"d{pid % 3}.p{pid}"

@@ -92,7 +92,7 @@ STATE_FILE = "v05_state.json"
 """Written beside verl's checkpoint in ``global_step_<n>/``: estimator state and provider state (JSON)."""
 EXTRA_ROUND_RETRIES = 2
 """How often OSLA redraws the failed sessions of one extra round before the step stops."""
-_ID_ONLY_PROVIDERS = ("running_mean", "history")  # providers that read prompt keys, never the text
+_ID_ONLY_PROVIDERS = ("running_mean", "domain_mean", "history")  # providers that read prompt keys, never the text
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,10 +12,10 @@ from v05.priors.oracle import OracleProvider
 
 PROVIDERS: dict[str, type[BaseProvider]] = {
     "running_mean": RunningMeanProvider,
-    "domain_mean": DomainMeanProvider,
     "history": HistoryProvider,
     "v0": V0Provider,
     "combined": CombinedProvider,
+    "domain_mean": DomainMeanProvider,
     "probe": ProbeProvider,
     "oracle": OracleProvider,
 }
