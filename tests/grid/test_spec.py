@@ -78,7 +78,7 @@ def test_the_evidence_grid_resolves_with_the_contract_names_and_tunes_on_validat
     names = {m.name for m in grid.methods}
     assert {"grpo4", "grpo4_b64", "grpo2_b64", "rloo2_b64", "reinforce_pp_k1", "eb1_running_mean", "eb1_history",
             "eb1_combined", "eb1_v0", "eb1_probe", "eb1_oracle", "reinforce_prior_k1", "eb1_combined_loo",
-            "v05_paper", "ppo", "poise"} <= names  # fmt: skip
+            "v05_paper", "ppo", "poise", "eb1_domain_mean"} <= names  # fmt: skip
     pools = {(t.regime, t.pool) for t in grid.tasks}
     assert {("hard", "revisited"), ("hard", "fresh"), ("hard", "mixed"), ("easy", "revisited")} <= pools
     assert len(grid.seeds) >= 5
@@ -95,6 +95,31 @@ def test_the_evidence_grid_resolves_with_the_contract_names_and_tunes_on_validat
     k1 = {c.method.name: c.cfg for c in cells if c.cfg.allocator.options.get("k") == 1 and c.cfg.critic is not None}
     assert {k1[n].train.batch_size for n in k1 if n.startswith("eb1_")} == {64}
     assert k1["eb1_oracle"].prior.name == "oracle" and k1["eb1_running_mean"].prior.name == "running_mean"
+
+
+def test_the_domain_mean_control_runs_on_the_mixed_pools_as_the_running_mean_does(tmp_path):
+    """eb1_domain_mean: on the mixed task settings only, with eb1_running_mean's config and overrides but the prior
+    (so its attribution rows isolate the domain split), and placed right after it."""
+    grid = load_grid(REPO / "benchmarks/grids/evidence.yaml")
+    methods = {m.name: m for m in grid.methods}
+    names = list(methods)
+    dm, rm = methods["eb1_domain_mean"], methods["eb1_running_mean"]
+    assert set(dm.tasks) == {t.name for t in grid.tasks if t.pool == "mixed"} and len(dm.tasks) == 2
+    assert dm.config == rm.config and dm.overrides == (*rm.overrides[:-1], "prior.name=domain_mean")
+    assert names.index("eb1_domain_mean") == names.index("eb1_running_mean") + 1
+    rows = {(r.method, r.versus) for r in grid.attribution.rows}
+    assert {("eb1_domain_mean", "eb1_running_mean"), ("eb1_v0", "eb1_domain_mean")} <= rows
+    mixed = dataclasses.replace(grid, tasks=tuple(t for t in grid.tasks if t.pool == "mixed"), seeds=grid.seeds[:1])
+    choices = {(t.name, m): "default" for t in mixed.tasks for m in grid.tuning.methods}
+    cells = grid_cells(mixed, tmp_path, choices=choices)
+    cfg = {(c.task.name, c.method.name): c.cfg for c in cells}
+    for task in mixed.tasks:
+        a, b = cfg[(task.name, "eb1_domain_mean")], cfg[(task.name, "eb1_running_mean")]
+        assert a.prior.name == "domain_mean" and b.prior.name == "running_mean" and a.task == b.task
+        assert a.task.name == "mixture" and a.allocator.options["k"] == 1 and a.train.batch_size == 64
+    assert not any(c.method.name == "eb1_domain_mean" for c in grid_cells(
+        dataclasses.replace(grid, tasks=grid.tasks[:1], seeds=grid.seeds[:1]), tmp_path,
+        choices={(grid.tasks[0].name, m): "default" for m in grid.tuning.methods}))  # fmt: skip
 
 
 def test_the_pool_regimes_share_their_eval_split_within_a_task_setting():
