@@ -333,3 +333,19 @@ def test_registry_binds_prompt_ids_to_v05_eb_revisits():
     est = spec.fn(np.array([1.0, -1.0]), np.arange(2), reward_range="pm1", **kw)
     assert [k for k, _, _ in est.state.revisits.last] == [4, 5]
     assert "prompt_ids" not in spec.bind({}, prior=np.zeros(2))
+
+
+def test_revisit_pairs_refuse_a_restored_state_push_cannot_have_written():
+    """A checkpoint's pairs are checked on load: a product outside ±4, a mean outside ±1, NaN, a missing key."""
+    good = (
+        RevisitPairs(min_pairs=1)
+        .push([1], np.array([0.5]), np.array([0.0]))
+        .push([1], np.array([1.0]), np.array([0.5]))
+    )
+    d = good.to_dict()
+    assert RevisitPairs.from_dict(d) == good
+    for bad in ({**d, "err": [5.0]}, {**d, "sq": [float("nan")]}, {**d, "last": [[1, 2.0, 0.0]]}):
+        with pytest.raises(ValueError, match="RevisitPairs"):
+            RevisitPairs.from_dict(bad)
+    with pytest.raises(ValueError, match="not a RevisitPairs dict"):
+        RevisitPairs.from_dict({k: v for k, v in d.items() if k != "sq"})

@@ -114,10 +114,6 @@ class RevisitPairs:
         check_int(self.min_pairs, "RevisitPairs.min_pairs", 1)
         if len(self.err) != len(self.sq):
             raise ValueError(f"RevisitPairs.err and .sq must pair up, got {len(self.err)} and {len(self.sq)} entries")
-        for name, values, bound in (("err", self.err, 4.0), ("sq", self.sq, 1.0),
-                                    ("last", [x for _, m, v in self.last for x in (m, v)], 1.0)):  # fmt: skip
-            if not all(isinstance(x, float) and abs(x) <= bound + 1e-9 for x in values):
-                raise ValueError(f"RevisitPairs.{name} must hold ±1-space values within ±{bound:g}")
 
     @property
     def n_pairs(self) -> int:
@@ -176,9 +172,17 @@ class RevisitPairs:
             last = tuple((_key(k), float(m), float(v)) for k, m, v in d["last"])  # type: ignore[attr-defined]
             err = tuple(float(x) for x in d["err"])  # type: ignore[attr-defined]
             sq = tuple(float(x) for x in d["sq"])  # type: ignore[attr-defined]
-            return cls(int(d["window"]), int(d["min_pairs"]), last, err, sq)  # type: ignore[call-overload]
         except (KeyError, TypeError, OverflowError) as exc:
             raise ValueError(f"not a RevisitPairs dict ({type(exc).__name__}: {exc})") from None
+        # checked here, not at every push: a restored checkpoint is the one source push() did not compute itself
+        for name, values, bound in (
+            ("err", err, 4.0),
+            ("sq", sq, 1.0),
+            ("last", [x for _, m, v in last for x in (m, v)], 1.0),
+        ):
+            if not np.all(np.abs(np.asarray(values, np.float64)) <= bound + 1e-9):  # NaN fails too
+                raise ValueError(f"RevisitPairs.{name} must hold ±1-space values within ±{bound:g}")
+        return cls(int(d["window"]), int(d["min_pairs"]), last, err, sq)  # type: ignore[call-overload]
 
 
 def _key(k: object) -> int | str:
