@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -45,7 +46,8 @@ def _fake_side(calls, name, rates, overhead=0.0):
         calls.append(name)
         rate = next(remaining)
         return {"steps": 10, "rollouts": 30.0 * rate, "seconds": 30.0, "rollouts_per_s": rate,
-                "overhead_frac": overhead}  # fmt: skip
+                "overhead_frac": overhead, "generate_tokens_per_s": 8.0 * rate,
+                "update_s_per_rollout": 0.5 / rate}  # fmt: skip
 
     return measure
 
@@ -66,6 +68,8 @@ def test_bench_train_interleaves_and_takes_medians(tmp_path, monkeypatch):
     assert res["v05_rollouts_per_s"] == 200.0 and res["trl_rollouts_per_s"] == 100.0
     assert res["configs"]["demo-v05"]["rollouts_per_s"] == 80.0 and res["overhead_frac"] == 0.01
     assert res["configs"]["demo-v05"]["overhead_frac"] == 0.03
+    assert res["configs"]["demo-v05"]["generate_tokens_per_s"] == 640.0  # median of 8 x [80, 90, 70]
+    assert res["configs"]["demo-grpo4"]["update_s_per_rollout"] == 0.5 / 200.0
     assert res["window_s"] == 30 and res["order"] == ["v05:demo-grpo4", "trl", "v05:demo-v05"]
 
 
@@ -79,6 +83,13 @@ def test_step_times_leave_out_the_warm_up():
     res = _step_times(rows)
     assert res["steps"] == 2 and res["rollouts_per_s"] == pytest.approx(960.0)
     assert res["overhead_frac"] == pytest.approx(0.2)
+    assert math.isnan(res["generate_tokens_per_s"]) and math.isnan(res["update_s_per_rollout"])  # not logged
+    # with the generation and update clocks: (1000 + 600) tokens in 0.04 + 0.06 s; (0.03 + 0.01) s over 192 rollouts
+    for row, (tokens, gen, upd) in zip(rows, [(9, 9.0, 9.0), (9, 9.0, 9.0), (1000, 0.04, 0.03), (600, 0.06, 0.01)]):
+        row |= {"tokens_step": tokens, "time/generate": gen, "time/update": upd}
+    res = _step_times(rows)
+    assert res["generate_tokens_per_s"] == pytest.approx(16000.0)
+    assert res["update_s_per_rollout"] == pytest.approx(0.04 / 192)
 
 
 @pytest.mark.parametrize(

@@ -52,6 +52,9 @@ def test_quick_shrinks_any_config():
         load_config("demo-v05").allocator,
         load_config("demo-v05").prior,
     )
+    assert q.warmup.sft.eval_every == 100  # the packaged 100 kept, a longer interval capped, a shorter one kept:
+    assert quick_config(load_config("demo-v05", ["warmup.sft.eval_every=400"])).warmup.sft.eval_every == 100
+    assert quick_config(load_config("demo-v05", ["warmup.sft.eval_every=5"])).warmup.sft.eval_every == 5
 
 
 @pytest.mark.parametrize(

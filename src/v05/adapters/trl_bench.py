@@ -58,15 +58,23 @@ def _step_times(rows: list[dict[str, Any]]) -> dict[str, float]:
     """Throughput and overhead share of one v05 run over its metrics rows after the first ``WARMUP_STEPS``.
 
         rollouts/s = Σ rollouts_step / Σ time/step,   overhead = Σ (time/prior + time/estimate) / Σ time/step
+        generated tokens/s = Σ tokens_step / Σ time/generate,   update s/rollout = Σ time/update / Σ rollouts_step
 
-    ``rows`` are the run's metrics rows (``step``, ``time/step``, ``rollouts_step``, ``time/prior``, ``time/estimate``).
+    ``rows`` are the run's metrics rows (``step``, ``time/step``, ``rollouts_step``, ``time/prior``, ``time/estimate``;
+    ``tokens_step`` (EOS included), ``time/generate`` and ``time/update`` where logged: the last three are NaN
+    without them).
     """
     steps = [r for r in rows if r["step"] > WARMUP_STEPS]
     total = float(sum(r["time/step"] for r in steps))
     rollouts = float(sum(r["rollouts_step"] for r in steps))
     overhead = float(sum(r["time/prior"] + r["time/estimate"] for r in steps))
+    nan = float("nan")
+    has = all("tokens_step" in r and "time/generate" in r and "time/update" in r for r in steps)
+    generate = float(sum(r["time/generate"] for r in steps)) if has else nan
     return {"steps": len(steps), "rollouts": rollouts, "seconds": total, "rollouts_per_s": rollouts / total,
-            "overhead_frac": overhead / total}  # fmt: skip
+            "overhead_frac": overhead / total,
+            "generate_tokens_per_s": float(sum(r["tokens_step"] for r in steps)) / generate if has else nan,
+            "update_s_per_rollout": float(sum(r["time/update"] for r in steps)) / rollouts if has else nan}  # fmt: skip
 
 
 class _WindowFull(Exception):
@@ -177,6 +185,10 @@ def bench_train(out: Path, *, window_s: float = 30.0, repeats: int = 3,
     }  # fmt: skip
 
 
+V05_RATES = ("rollouts_per_s", "overhead_frac", "generate_tokens_per_s", "update_s_per_rollout")
+"""Per-config figures of the v05 side (medians over rounds, with spreads): :func:`_step_times`."""
+
+
 def _summary(rounds: list[dict[str, dict[str, float]]], configs: tuple[str, ...], first: Any) -> dict[str, Any]:
     """Medians over rounds (the quoted figures) with their spreads, and the per-round timings."""
 
@@ -187,8 +199,8 @@ def _summary(rounds: list[dict[str, dict[str, float]]], configs: tuple[str, ...]
     speedup = spread([r[ref]["rollouts_per_s"] / r["trl"]["rollouts_per_s"] for r in rounds])
     v05, trl, overhead = over(ref, "rollouts_per_s"), over("trl", "rollouts_per_s"), over(ref, "overhead_frac")
     per_config = {
-        name: {key: over(f"v05:{name}", key).median for key in ("rollouts_per_s", "overhead_frac")}
-        | {"spread": {key: over(f"v05:{name}", key).as_dict() for key in ("rollouts_per_s", "overhead_frac")},
+        name: {key: over(f"v05:{name}", key).median for key in V05_RATES}
+        | {"spread": {key: over(f"v05:{name}", key).as_dict() for key in V05_RATES},
            "rounds": [r[f"v05:{name}"] for r in rounds]}
         for name in configs
     }  # fmt: skip

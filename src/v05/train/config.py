@@ -410,7 +410,9 @@ def quick_config(cfg: TrainConfig) -> TrainConfig:
     """Shrink a config to a smoke run of well under a minute on CPU, keeping the method (estimator, allocator, prior).
 
     Steps ≤ 6, eval every 3 steps on ≤ 64 prompts, checkpoints every 3 steps, a warm-up of at most 200 SFT steps
-    (cached separately), at most 16 prompts per step and the rollout budget scaled with the steps.
+    whose stopping check runs at most every 100 steps (a config's own shorter interval is kept: SmolLM2's SFT stops
+    at its target after ~25-40 steps, checked every 5) (cached separately), at most 16 prompts per step and the
+    rollout budget scaled with the steps.
     """
     r = dataclasses.replace
     train = r(
@@ -419,7 +421,8 @@ def quick_config(cfg: TrainConfig) -> TrainConfig:
         batch_size=min(cfg.train.batch_size, 16),
         max_rollouts=None if cfg.train.max_rollouts is None else min(cfg.train.max_rollouts, 6 * 16 * 16),
     )
-    warmup = r(cfg.warmup, sft=r(cfg.warmup.sft, max_steps=min(cfg.warmup.sft.max_steps, 200), eval_every=100),
+    sft = r(cfg.warmup.sft, max_steps=min(cfg.warmup.sft.max_steps, 200), eval_every=min(cfg.warmup.sft.eval_every, 100))
+    warmup = r(cfg.warmup, sft=sft,
                n_examples=min(cfg.warmup.n_examples, 20_000), eval_size=min(cfg.warmup.eval_size, 128))  # fmt: skip
     ev = r(cfg.eval, every=3, every_rollouts=None, size=min(cfg.eval.size or 64, 64))
     run = r(cfg.run, checkpoint_every=3)
