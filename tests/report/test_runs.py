@@ -1,5 +1,6 @@
 """Loading runs, seed groups, mean ± SE curves, rollouts to a target and the summary, against hand-computed cases."""
 
+import dataclasses
 import logging
 import math
 
@@ -31,6 +32,21 @@ def test_resumed_run_last_line_of_a_step_wins(tmp_path):
     assert steps.tolist() == [1, 2, 3] and rate.tolist() == [0.1, 0.9, 0.9]
     assert run.name == "grpo4" and run.seed == 3 and run.config_value("estimator.name") == "grpo"
     assert run.config_value("prior.name") is None and run.config_value("no.such") is None
+
+
+def test_series_are_computed_once_read_only_and_fresh_after_replace(tmp_path):
+    """A grid report's bootstrap asks for the same curve ~10⁵ times: series_vs keeps it, read-only (a caller that
+    wrote into it would change every later answer), and a run rebuilt with other metrics does not inherit it."""
+    lines = [{"step": s, "rollouts_total": 10 * s, "eval_pass_rate": 0.1 * s} for s in (1, 2, 3)]
+    run = load_run(write_run(tmp_path, "r", name="grpo4", seed=3, lines=lines))
+    x, y = run.series_vs("rollouts_total", "eval_pass_rate")
+    again = run.series_vs("rollouts_total", "eval_pass_rate")
+    assert again[0] is x and again[1] is y and y.tolist() == pytest.approx([0.1, 0.2, 0.3])
+    with pytest.raises(ValueError, match="read-only"):
+        y[0] = 1.0
+    other = dataclasses.replace(run, metrics=[{"step": 1, "rollouts_total": 5, "eval_pass_rate": 0.7}])
+    assert other.series_vs("rollouts_total", "eval_pass_rate")[1].tolist() == [0.7]
+    assert run.series_vs("rollouts_total", "eval_pass_rate")[1].tolist() == pytest.approx([0.1, 0.2, 0.3])
 
 
 def test_nan_lines_parse_and_series_skip_them(tmp_path):

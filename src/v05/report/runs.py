@@ -13,7 +13,7 @@ import json
 import logging
 import math
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, overload
 
@@ -47,6 +47,10 @@ class Run:
     """The resolved config as plain data (empty without ``config.yaml``)."""
     metrics: list[dict[str, Any]]
     """One dict per step, sorted by ``step``."""
+    _series: dict[tuple[str, str], tuple[FloatArray, FloatArray]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    """:meth:`series_vs` results, read-only arrays (a grid report's bootstrap asks for the same curves ~10⁵ times)."""
 
     def series(self, key: str) -> tuple[IntArray, FloatArray]:
         """Steps and values of one metric: (S,) int64 steps and (S,) float64 values.
@@ -57,11 +61,20 @@ class Run:
         return steps.astype(np.int64), values
 
     def series_vs(self, x_key: str, y_key: str) -> tuple[FloatArray, FloatArray]:
-        """One metric against another: (S,) x and (S,) y over the steps where both are finite numbers."""
+        """One metric against another: (S,) x and (S,) y over the steps where both are finite numbers.
+
+        Computed once per key pair and kept (``metrics`` is not changed after loading); the arrays are read-only.
+        """
+        cached = self._series.get((x_key, y_key))
+        if cached is not None:
+            return cached
         pairs = [(_number(m.get(x_key)), _number(m.get(y_key))) for m in self.metrics]
         kept = [(x, y) for x, y in pairs if x is not None and y is not None]
         x = np.array([p[0] for p in kept], dtype=np.float64)  # (S,)
         y = np.array([p[1] for p in kept], dtype=np.float64)  # (S,)
+        x.setflags(write=False)
+        y.setflags(write=False)
+        self._series[(x_key, y_key)] = (x, y)
         return x, y
 
     def has(self, key: str) -> bool:
