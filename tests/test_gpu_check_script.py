@@ -40,7 +40,9 @@ def test_train_overrides_load(check, engine):
 @pytest.mark.parametrize("lora", [True, False])
 def test_lm_overrides_load_with_the_smollm2_shape(check, lora):
     cfg = load_config(None, check.lm_overrides(_args(), lora))
-    assert cfg.task.template == "chat" and cfg.train.batch_size == 64
+    assert cfg.task.template == "chat" and cfg.train.batch_size == 64 and cfg.generation.max_new_tokens == 8
+    assert cfg.policy.name_or_path == "smollm2-135m-instruct" and cfg.task.options["n_train"] == 4000
+    assert "n_val" not in cfg.task.options and cfg.task.options["max_digits"] == 2
     assert (cfg.policy.lora is not None) == lora
     assert check.PARTS[-2:] == ("lm_lora", "lm_full") and set(check.PARTS) <= set(check.PART_LIMITS_S)
     assert check.SMOLLM2_SHAPE["num_hidden_layers"] == 30 and check.SMOLLM2_SHAPE["hidden_size"] == 576

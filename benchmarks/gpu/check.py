@@ -119,31 +119,36 @@ def part_env() -> dict:
 
 
 def part_model(path: Path, shape: str, dtype: str) -> dict:
-    import torch
     import transformers
 
-    from v05.train.policy import build_char_tokenizer, save_policy
+    from v05.train.policy import build_char_tokenizer
 
     tok = build_char_tokenizer()
     config = transformers.Qwen2Config(vocab_size=len(tok), tie_word_embeddings=True, bos_token_id=tok.bos_token_id,
                                       eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
                                       **MODEL_SHAPES[shape])  # fmt: skip
+    return save_random_model(transformers.Qwen2ForCausalLM, config, tok, path, dtype) | MODEL_SHAPES[shape]
+
+
+def save_random_model(cls: type, config: object, tok: object, path: Path, dtype: str) -> dict:
+    """``cls(config)`` with seed-0 random weights, saved in ``dtype`` with ``tok`` by v05's own ``save_policy``."""
+    import torch
+
+    from v05.train.policy import save_policy
+
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        model = transformers.Qwen2ForCausalLM(config)
+        model = cls(config)
     model.generation_config.pad_token_id = tok.pad_token_id
     save_policy(model.to(getattr(torch, dtype)), tok, path)
     n_params = sum(p.numel() for p in model.parameters())
-    return {"status": "ok", "path": str(path), "architecture": "Qwen2ForCausalLM", "params": n_params,
-            "params_m": round(n_params / 1e6, 1), "dtype": dtype, **MODEL_SHAPES[shape]}  # fmt: skip
+    return {"status": "ok", "path": str(path), "architecture": cls.__name__, "params": n_params,
+            "params_m": round(n_params / 1e6, 1), "dtype": dtype}  # fmt: skip
 
 
 def part_lm_model(path: Path, tokenizer_dir: Path, dtype: str, *, tiny: bool) -> dict:
     """SmolLM2-135M-Instruct's architecture (random weights) over its real tokenizer and chat template, saved."""
-    import torch
     import transformers
-
-    from v05.train.policy import save_policy
 
     tok = transformers.AutoTokenizer.from_pretrained(str(tokenizer_dir))
     template = tokenizer_dir / "chat_template.jinja"
@@ -152,15 +157,8 @@ def part_lm_model(path: Path, tokenizer_dir: Path, dtype: str, *, tiny: bool) ->
     shape = MODEL_SHAPES["cpu-smoke"] | {"head_dim": 16} if tiny else SMOLLM2_SHAPE
     config = transformers.LlamaConfig(vocab_size=len(tok), bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
                                       pad_token_id=tok.pad_token_id, rope_theta=100000.0, **shape)  # fmt: skip
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        model = transformers.LlamaForCausalLM(config)
-    model.generation_config.pad_token_id = tok.pad_token_id
-    save_policy(model.to(getattr(torch, dtype)), tok, path)
-    n_params = sum(p.numel() for p in model.parameters())
-    return {"status": "ok", "path": str(path), "architecture": "LlamaForCausalLM", "params": n_params,
-            "params_m": round(n_params / 1e6, 1), "dtype": dtype, "vocab": len(tok),
-            "chat_template": bool(getattr(tok, "chat_template", None)), **shape}  # fmt: skip
+    out = save_random_model(transformers.LlamaForCausalLM, config, tok, path, dtype)
+    return out | {"vocab": len(tok), "chat_template": bool(getattr(tok, "chat_template", None)), **shape}
 
 
 # -- parts that run in a subprocess -------------------------------------------------------------------------------
@@ -178,16 +176,12 @@ def train_overrides(args: argparse.Namespace, engine: str | None) -> list[str]:
 
 
 def lm_overrides(args: argparse.Namespace, lora: bool) -> list[str]:
-    """Parts 8: the chat-form add/sub task of ``v05 demo --policy smollm2`` without its SFT warm start."""
+    """Parts 8: part 3's run on the chat-form add/sub task of ``v05 demo --policy smollm2``, without its SFT."""
+    lm = argparse.Namespace(**{**vars(args), "model": args.lm_model})
     out = [
-        f"policy.name_or_path={args.lm_model}", f"policy.device={args.device}", f"policy.dtype={args.dtype}",
-        "task.name=arithmetic", "task.template=chat",
+        *train_overrides(lm, None), "task.template=chat",
         "task.options={max_digits: 2, mix: [0.5, 0.5, 0.0], n_train: 4000, n_eval: 64}",
-        f"train.steps={args.steps}", "train.batch_size=64", "train.micro_batch_size=64",
-        "allocator.name=fixed", "allocator.options.k=4", "estimator.name=grpo",
-        "generation.max_new_tokens=8", "generation.temperature=1.0", "loss.entropy_coef=0.01",
-        "eval.every=0", "eval.size=32", "eval.at_start=false", "eval.greedy=false",
-        "run.checkpoint_every=0", "run.tensorboard=false", "run.progress=false", "run.threads=4",
+        "train.batch_size=64", "generation.max_new_tokens=8",
     ]  # fmt: skip
     return out + (["policy.lora={r: 8, alpha: 16}"] if lora else [])
 
