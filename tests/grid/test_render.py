@@ -42,6 +42,11 @@ def test_results_markdown_states_every_claim():
     assert "0.600 vs grpo4 0.400 (higher)" in text
     assert "k = 4 beats GRPO@16" in text or "k = 4 ties GRPO@16" in text
     assert "| v05 | v05 | 2 |" in text
+    # the promise: the best V0.5-line method with its 95 % interval, never a method named as the oracle bound
+    assert "best V0.5-line method `v05` (picked after the fact): +" in text
+    attribution = {"t": {"rows": [], "headroom": {"oracle": "v05", "oracle_diff": None}}}
+    oracle = results_markdown(grid, {"tasks": {"t": task}, "attribution": attribution}, meta)
+    assert "best V0.5-line method `v05_k4` (picked after the fact)" in oracle
     # the evidence grid names the paper's method v05_paper: the claims read it there too
     renamed = task_of({"grpo4": ref, "grpo16": g16, "v05_paper": v05, "v05_k4": k4})
     text = results_markdown(grid, {"tasks": {"t": renamed}}, meta)

@@ -94,6 +94,10 @@ def test_paired_ci_tail_target_and_the_attribution_table_by_hand():
     assert table["rows"][1]["diff"] is None
     h = table["headroom"]
     assert h["best_learned"] == "good" and h["captured"] == pytest.approx(0.5)
+    # an oracle whose gain is noise (+0.3 and -0.1 on its two seeds: the interval reaches 0) gets no share quoted
+    noisy = [fake_run("orc", s, [(0, 0.2 + d), (1000, 0.4 + 0.1 * s + d)]) for s, d in ((0, 0.3), (1, -0.1))]
+    h = attribution_results(spec, {"grpo4": ref, "rm": rm, "orc": noisy, "good": good})["headroom"]
+    assert h["oracle_diff"] == pytest.approx(0.1) and h["oracle_ci95"][0] < 0 and h["captured"] is None
     res = task_results(GridTask(name="t", regime="hard"), {"grpo4": ref, "rm": rm, "orc": orc}, "grpo4", [],
                        control="rm")  # fmt: skip
     assert res["methods"]["orc"]["vs_running_mean_diff"] == pytest.approx(0.2)

@@ -302,7 +302,7 @@ def attribution_results(
     None; a row naming a method that is not ``planned`` on this task setting (``tasks:`` leaves it out; None: every
     method) is left out of the table. ``headroom``: the oracle's and the best learned prior's difference to
     ``control``, and ``captured`` = best ÷ oracle (the best is picked after the fact: an optimistic reading, said so
-    on the page).
+    on the page), None unless the oracle's 95 % interval lies above 0.
     """
     rows = []
     for row in spec.rows:
@@ -315,8 +315,8 @@ def attribution_results(
         oracle = _difference(groups, spec.oracle, spec.control)
         learned = {n: d for n in spec.learned if (d := _difference(groups, n, spec.control)) is not None}
         best = max(learned, key=lambda n: learned[n]["diff"], default=None)
-        captured = None
-        if oracle is not None and best is not None and oracle["diff"] > 0:
+        captured = None  # a share of a gain that is not there (the oracle's interval reaches 0) is not quoted
+        if oracle is not None and best is not None and oracle["ci95"] is not None and oracle["ci95"][0] > 0:
             captured = learned[best]["diff"] / oracle["diff"]
         headroom = {
             "control": spec.control,
