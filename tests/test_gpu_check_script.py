@@ -33,12 +33,15 @@ def _args(**kw) -> argparse.Namespace:
 
 @pytest.mark.parametrize("engine", [None, "vllm"])
 def test_train_overrides_load(check, engine):
+    """Part 3's overrides (HF and vLLM engines) load: every key and option still exists."""
     cfg = load_config(None, check.train_overrides(_args(), engine))
     assert cfg.train.steps == 5 and cfg.allocator.options["k"] == 4
 
 
 @pytest.mark.parametrize("lora", [True, False])
 def test_lm_overrides_load_with_the_smollm2_shape(check, lora):
+    """The lm parts run part 3 on SmolLM2's chat task: their later overrides win (batch, tokens, the whole options
+    dict), LoRA only in lm_lora, and the architecture constant is SmolLM2-135M's."""
     cfg = load_config(None, check.lm_overrides(_args(), lora))
     assert cfg.task.template == "chat" and cfg.train.batch_size == 64 and cfg.generation.max_new_tokens == 8
     assert cfg.policy.name_or_path == "smollm2-135m-instruct" and cfg.task.options["n_train"] == 4000
