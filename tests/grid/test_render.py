@@ -51,6 +51,9 @@ def test_results_markdown_states_every_claim():
     renamed = task_of({"grpo4": ref, "grpo16": g16, "v05_paper": v05, "v05_k4": k4})
     text = results_markdown(grid, {"tasks": {"t": renamed}}, meta)
     assert "0.525 (sd 0.025) vs grpo4 1.050 (sd 0.050)" in text and "0.600 vs grpo4 0.400 (higher)" in text
+    assert "leaves out" not in text  # every task setting reported
+    part = results_markdown(grid, {"tasks": {"t": task}}, meta | {"tasks_left_out": ["easy"]})
+    assert "this report leaves out the grid's task setting(s) easy (`--tasks`)" in part
     nothing = results_markdown(grid, {"tasks": {"t": task_of({"grpo4": ref, "grpo16": g16})}}, meta)
     assert "no run of the paper's V0.5" in nothing
 

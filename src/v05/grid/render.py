@@ -339,6 +339,12 @@ def results_markdown(grid: Grid, results: dict[str, Any], meta: dict[str, Any]) 
             if meta["cells_finished"] < meta["cells_total"]
             else []
         ),
+        *(
+            [f"- **Partial: this report leaves out the grid's task setting(s) {', '.join(left)} (`--tasks`); the "
+             "counts below are of the settings it reports.**"]
+            if (left := meta.get("tasks_left_out"))
+            else []
+        ),  # fmt: skip
         f"- Cells finished: {meta['cells_finished']} of {meta['cells_total']}; their summed wall time "
         f"{hours:.2f} h (runs, evals included, warm starts excluded); generated {meta['generated']}.",
         f"- Grid file: `{grid.path.as_posix()}`; seeds {', '.join(map(str, grid.seeds))}; "
@@ -385,6 +391,11 @@ def results_markdown(grid: Grid, results: dict[str, Any], meta: dict[str, Any]) 
                 + (
                     f"; provisional: {len(rec['scores'])} of the grid's {len(grid.tasks)} task settings"
                     if len(rec["scores"]) < len(grid.tasks)
+                    else ""
+                )
+                + (
+                    f"; provisional: {', '.join(left)} not in this report"
+                    if (left := results.get("meta", meta).get("tasks_left_out"))
                     else ""
                 )
                 + ". `--recommended FILE` writes it as a config (the packaged `v05-recommended` changes only then)."

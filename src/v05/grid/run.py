@@ -189,7 +189,10 @@ def bench_matrix(
                 f"--tasks: unknown task setting(s) {', '.join(unknown)}; the grid has "
                 f"{', '.join(t.name for t in grid.tasks)}"
             )
+        left_out = [t.name for t in grid.tasks if t.name not in tasks]
         grid = dataclasses.replace(grid, tasks=tuple(t for t in grid.tasks if t.name in tasks))
+    else:
+        left_out = []
     out = Path(out)
     kept = grid.store if store is None else None if str(store) == "none" else Path(store)
     failures: dict[str, str] = {}
@@ -209,6 +212,7 @@ def bench_matrix(
     results["recommended"] = recommendation(grid, tune)
     meta = run_meta(command or f"v05 bench matrix {grid_path}", [*tune, *cells], time.monotonic() - start)
     meta["tuning_pending"] = sorted(f"{t}/{m}" for (t, m), v in choices.items() if v is None)
+    meta["tasks_left_out"] = left_out  # the grid's task settings that --tasks left out of this report
     results["meta"] = meta
     results["failures"] = failures
     out.mkdir(parents=True, exist_ok=True)
