@@ -85,7 +85,8 @@ def test_step_times_leave_out_the_warm_up():
     assert res["overhead_frac"] == pytest.approx(0.2)
     assert math.isnan(res["generate_tokens_per_s"]) and math.isnan(res["update_s_per_rollout"])  # not logged
     # with the generation and update clocks: (1000 + 600) tokens in 0.04 + 0.06 s; (0.03 + 0.01) s over 192 rollouts
-    for row, (tokens, gen, upd) in zip(rows, [(9, 9.0, 9.0), (9, 9.0, 9.0), (1000, 0.04, 0.03), (600, 0.06, 0.01)]):
+    clocks = [(9, 9.0, 9.0), (9, 9.0, 9.0), (1000, 0.04, 0.03), (600, 0.06, 0.01)]
+    for row, (tokens, gen, upd) in zip(rows, clocks, strict=True):
         row |= {"tokens_step": tokens, "time/generate": gen, "time/update": upd}
     res = _step_times(rows)
     assert res["generate_tokens_per_s"] == pytest.approx(16000.0)

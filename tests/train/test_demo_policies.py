@@ -50,7 +50,7 @@ def test_demo_policies_are_a_registry_with_the_tiny_policy_as_make_demos_default
 
 def test_smollm2_demo_plan_is_the_real_model_with_lora_chat_sft_and_one_budget():
     """Every method of `v05 demo --policy smollm2`: SmolLM2-135M-Instruct from the wheel with a LoRA adapter, the
-    2-digit add/sub task in chat form, the chat-form SFT warm start stopped at 15 % (lr 3e-5, 16 a step), short
+    2-digit add/sub task in chat form, the chat-form SFT of the adapter stopped at 15 % (lr 1e-3, 16 a step), short
     completions, 768 rollouts, 64 rollouts a step (the budget's unit: ~20-70 s on 2 cores), eval by rollouts."""
     cfgs = _smollm2_configs()
     for cfg in cfgs:
@@ -62,7 +62,7 @@ def test_smollm2_demo_plan_is_the_real_model_with_lora_chat_sft_and_one_budget()
         assert opts["max_digits"] == 2 and list(opts["mix"]) == [0.5, 0.5, 0.0] and opts["held_out_first"]
         assert opts["n_train"] >= cfg.train.max_rollouts  # a fresh pool: k = 1 draws one prompt a rollout
         assert cfg.warmup.enabled and cfg.warmup.sft.target_pass_rate == 0.15
-        assert (cfg.warmup.sft.lr, cfg.warmup.sft.batch_size) == (3.0e-5, 16)
+        assert (cfg.warmup.sft.lr, cfg.warmup.sft.batch_size) == (1.0e-3, 16)  # the LoRA adapter's SFT
         assert cfg.warmup.sft.max_steps * cfg.warmup.sft.batch_size <= cfg.warmup.n_examples
         assert cfg.generation.max_new_tokens == 8
         assert cfg.train.max_rollouts == 768 and cfg.eval.every_rollouts == 384 and not cfg.eval.greedy

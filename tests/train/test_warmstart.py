@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace as dataclasses_replace
 from pathlib import Path
 
 import pytest
+import torch
 
 from v05.grid.spec import load_grid
+from v05.grid.store import warm_start_digest
 from v05.tasks import make_task
 from v05.train import demo as demo_module
 from v05.train import warmstart
 from v05.train.config import load_config, to_yaml
 from v05.train.demo import DEMO_CONFIGS, DEMO_REGIMES, config_label, run_demo
 from v05.train.loop import TrainResult
+from v05.train.policy import load_policy
 from v05.train.sft import SFTResult
 
 GRIDS = Path(__file__).resolve().parents[2] / "benchmarks" / "grids"
@@ -134,3 +138,46 @@ def test_demo_regime_reaches_every_run_and_a_finished_run_of_another_regime_is_r
         run_demo(tmp_path / "easy", configs=("demo-grpo4",))
     with pytest.raises(ValueError, match="unknown regime 'medium'"):
         run_demo(tmp_path / "easy", regime="medium")
+
+
+def test_a_lora_warm_start_is_its_adapter_and_rl_trains_on_from_it(tmp_path, monkeypatch, tiny_overrides):
+    """With ``policy.lora`` the warm-up trains the adapter on the frozen base and keeps the adapter only (no model
+    weights: a grid's store can hold it); RL's policy is the base with that adapter, trainable, and computes exactly
+    the warmed-up model's logits (not the base's: the adapter was not dropped; not a fresh B = 0 one)."""
+    over = [*tiny_overrides, f"warmup.cache_dir={tmp_path}", "policy.dtype=float32", "policy.lora={r: 4, alpha: 8}",
+            "warmup.sft={lr: 1.0e-2, batch_size: 16, warmup_steps: 1, target_pass_rate: 1.0, eval_every: 3, "
+            "max_steps: 3}"]  # fmt: skip
+    cfg = load_config(None, over)
+    ids = torch.tensor([[1, 5, 6, 7, 8]])
+    seen = {}
+    real_sft = warmstart.sft_warmup
+
+    def recording_sft(model, *args, **kwargs):
+        base = {n: p.detach().clone() for n, p in model.named_parameters() if "lora_" not in n}
+        result = real_sft(model, *args, **kwargs)
+        with torch.no_grad():
+            seen["logits"] = model(ids).logits
+        seen["base_kept"] = all(torch.equal(p, base[n]) for n, p in model.named_parameters() if n in base)
+        return result
+
+    monkeypatch.setattr(warmstart, "sft_warmup", recording_sft)
+    target = warmstart.ensure_warm_start(cfg, progress=False)
+    assert seen["base_kept"]  # only the adapter trained
+    files = {p.name for p in target.iterdir()}
+    assert {"adapter_config.json", "adapter_model.safetensors", "sft.json"} <= files
+    assert not files & {"model.safetensors", "config.json"}
+    assert warm_start_digest(cfg) is not None  # the store pairs cells on the adapter's bytes
+    policy = warmstart.warm_policy(cfg, target)
+    assert policy.adapter == str(target) and policy.name_or_path == cfg.policy.name_or_path
+    model, _ = load_policy(policy)
+    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    base, _ = load_policy(cfg.policy)  # the same base with a fresh adapter
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids).logits, seen["logits"])
+        assert not torch.allclose(base(ids).logits, seen["logits"])
+    other = dataclasses_replace(policy, lora=dataclasses_replace(policy.lora, r=8))
+    with pytest.raises(ValueError, match="policy.adapter=.*r, alpha, target modules"):
+        load_policy(other)
+    with pytest.raises(ValueError, match="policy.adapter=.*needs policy.lora"):
+        dataclasses_replace(policy, lora=None)

@@ -395,7 +395,7 @@ def results_markdown(grid: Grid, results: dict[str, Any], meta: dict[str, Any]) 
                 )
                 + (
                     f"; provisional: {', '.join(left)} not in this report"
-                    if (left := results.get("meta", meta).get("tasks_left_out"))
+                    if (left := meta.get("tasks_left_out"))
                     else ""
                 )
                 + ". `--recommended FILE` writes it as a config (the packaged `v05-recommended` changes only then)."

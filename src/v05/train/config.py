@@ -421,7 +421,8 @@ def quick_config(cfg: TrainConfig) -> TrainConfig:
         batch_size=min(cfg.train.batch_size, 16),
         max_rollouts=None if cfg.train.max_rollouts is None else min(cfg.train.max_rollouts, 6 * 16 * 16),
     )
-    sft = r(cfg.warmup.sft, max_steps=min(cfg.warmup.sft.max_steps, 200), eval_every=min(cfg.warmup.sft.eval_every, 100))
+    sft_cfg = cfg.warmup.sft
+    sft = r(sft_cfg, max_steps=min(sft_cfg.max_steps, 200), eval_every=min(sft_cfg.eval_every, 100))
     warmup = r(cfg.warmup, sft=sft,
                n_examples=min(cfg.warmup.n_examples, 20_000), eval_size=min(cfg.warmup.eval_size, 128))  # fmt: skip
     ev = r(cfg.eval, every=3, every_rollouts=None, size=min(cfg.eval.size or 64, 64))
@@ -537,6 +538,7 @@ def path_fields(cfg: TrainConfig) -> list[tuple[str, object, PathKind]]:
     fields: list[tuple[str, object, PathKind]] = [
         ("policy.name_or_path", cfg.policy.name_or_path, "dir"),
         ("policy.gguf_file", cfg.policy.gguf_file, "file"),
+        ("policy.adapter", cfg.policy.adapter, "dir"),
         ("warmup.cache_dir", cfg.warmup.cache_dir, "cache"),
     ]
     task, prior = cfg.task.options, cfg.prior.options

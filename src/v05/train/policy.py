@@ -31,7 +31,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
@@ -165,6 +165,10 @@ class PolicyConfig:
     gguf_file: str | None = None
     """A GGUF to load (dequantised) instead of a ``from_pretrained`` folder: a path, or a file name inside the
     directory ``name_or_path``. None: none (``smollm2-135m-instruct`` sets its own)."""
+    adapter: str | None = None
+    """With ``lora``: a saved LoRA adapter folder (peft's ``save_pretrained`` layout, e.g. a LoRA warm start) put on
+    the base and trained on from there instead of a fresh adapter; its rank, alpha and target modules must be
+    ``lora``'s. None: a fresh adapter (B = 0)."""
     hidden_size: int = 128
     """Tiny model only: width of the residual stream."""
     num_layers: int = 2
@@ -207,6 +211,8 @@ class PolicyConfig:
                 raise ValueError(f"device={self.device!r} is not a torch device string ({err})") from None
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"seed={self.seed!r} must be a non-negative integer")
+        if self.adapter is not None and self.lora is None:
+            raise ValueError(f"policy.adapter={self.adapter!r} needs policy.lora (the adapter's rank, alpha, modules)")
         if self.gguf_file is not None and (not self.gguf_file or self.name_or_path == TINY_NAME):
             raise ValueError(
                 f"gguf_file={self.gguf_file!r} needs a GGUF path (or a file name in the directory name_or_path), "
@@ -282,7 +288,7 @@ def load_policy(config: PolicyConfig) -> tuple[PreTrainedModel, PreTrainedTokeni
     tokenizer.padding_side = "left"
     model = model.to(device=device, dtype=dtype)
     if config.lora is not None:
-        model = _with_lora(model, config.lora)
+        model = _with_lora(model, config.lora, config.adapter)
     model.train()
     n_params = sum(p.numel() for p in model.parameters())
     logger.info("policy %s: %s params, %s on %s", config.name_or_path, f"{n_params:,}", dtype, device)
@@ -447,21 +453,40 @@ def _from_gguf(config: PolicyConfig, dtype: torch.dtype) -> tuple[PreTrainedMode
     return _from_pretrained(cached, dtype)
 
 
-def _with_lora(model: PreTrainedModel, lora: LoraConfig) -> PreTrainedModel:
-    """``model`` wrapped in a peft LoRA adapter (base weights frozen, adapter trainable).
+def _with_lora(model: PreTrainedModel, lora: LoraConfig, adapter: str | None = None) -> PreTrainedModel:
+    """``model`` wrapped in a peft LoRA adapter (base weights frozen, adapter trainable): a fresh one, or ``adapter``.
 
     Raises:
-        ValueError: peft is not installed (naming the extra), or no module of the model matches ``target_modules``.
+        ValueError: peft is not installed (naming the extra), no module of the model matches ``target_modules``, or
+            ``adapter`` is not a saved adapter of ``lora``'s rank, alpha and target modules.
     """
     require_modules(("peft",), "policy.lora")
     import peft  # noqa: PLC0415 (the lm extra)
 
     spec = peft.LoraConfig(r=lora.r, lora_alpha=lora.alpha, target_modules=list(lora.target_modules),
                            lora_dropout=lora.dropout, bias="none", task_type="CAUSAL_LM")  # fmt: skip
+    if adapter is not None:
+        return _load_adapter(peft, model, lora, adapter)
     try:
         return peft.get_peft_model(model, spec)  # type: ignore[return-value]
     except ValueError as err:
         raise ValueError(f"policy.lora: {error_line(err)}") from None
+
+
+def _load_adapter(peft: Any, model: PreTrainedModel, lora: LoraConfig, adapter: str) -> PreTrainedModel:
+    """The saved adapter ``adapter`` on ``model``, trainable; refused unless it has ``lora``'s shape."""
+    folder = Path(os.path.expanduser(adapter))
+    try:
+        saved = peft.PeftConfig.from_pretrained(str(folder))
+    except (OSError, ValueError) as err:
+        raise ValueError(f"policy.adapter={adapter!r} is not a saved LoRA adapter: {error_line(err)}") from None
+    found = (saved.r, float(saved.lora_alpha), sorted(saved.target_modules or ()))
+    wanted = (lora.r, float(lora.alpha), sorted(lora.target_modules))
+    if found != wanted:
+        raise ValueError(
+            f"policy.adapter={adapter!r} has r, alpha, target modules {found}, but policy.lora asks for {wanted}"
+        )
+    return peft.PeftModel.from_pretrained(model, str(folder), is_trainable=True)  # type: ignore[no-any-return]
 
 
 def merged_policy(model: PreTrainedModel) -> PreTrainedModel:

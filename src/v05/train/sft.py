@@ -6,7 +6,8 @@ RL from a random tiny policy has no signal (every group is all-zero), so the tra
 caller's ``evaluate(model)`` samples and verifies, and training stops once it returns ≥ ``target_pass_rate``.
 
 Choices: token-mean cross-entropy over completion tokens + EOS (prompt tokens carry no loss); AdamW on every
-parameter (norm weights included) with a linear warm-up to a constant lr; no gradient clipping.
+trainable parameter (norm weights included; a LoRA policy's adapter only) with a linear warm-up to a constant lr;
+no gradient clipping.
 """
 
 from __future__ import annotations
@@ -140,9 +141,8 @@ def sft_warmup(
             returns a value outside [0, 1].
     """
     data = _encode_examples(tokenizer, examples, getattr(model.config, "max_position_embeddings", None))
-    optimizer = torch.optim.AdamW(
-        model.parameters(), lr=config.lr, betas=config.betas, weight_decay=config.weight_decay
-    )
+    trainable = [p for p in model.parameters() if p.requires_grad]  # every weight, or a LoRA adapter's
+    optimizer = torch.optim.AdamW(trainable, lr=config.lr, betas=config.betas, weight_decay=config.weight_decay)
     warmup = max(config.warmup_steps, 1)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warmup))
     batches = _batch_order(len(examples), config.batch_size, np.random.default_rng(config.seed))

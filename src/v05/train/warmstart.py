@@ -36,12 +36,15 @@ CACHE_ENV = "V05_WARM_START_DIR"
 
 
 def warm_start_config(cfg: Any) -> Any:
-    """``cfg`` as its warm start is trained: seeds offset by ``seed`` when ``warmup.per_seed``, no LoRA adapter.
+    """``cfg`` as its warm start is trained: seeds offset by ``seed`` when ``warmup.per_seed``.
 
-    The warm-up fine-tunes every base weight; ``policy.lora`` applies to RL from the warm start.
+    Without ``policy.lora`` the warm-up fine-tunes every weight and saves the model. With it the warm-up trains a
+    LoRA adapter of that shape on the frozen base and saves the adapter only (a few MB, where SmolLM2's weights are
+    540 MB: a grid's store keeps it, so a grid resumed on another machine pairs with its stored cells), and RL trains
+    on from that adapter (:func:`warm_policy`): the warm start, the KL reference included, is base + adapter.
     """
-    if cfg.policy.lora is not None:
-        cfg = dataclasses.replace(cfg, policy=dataclasses.replace(cfg.policy, lora=None))
+    if cfg.policy.adapter is not None:
+        cfg = dataclasses.replace(cfg, policy=dataclasses.replace(cfg.policy, adapter=None))
     if not cfg.warmup.per_seed or cfg.seed == 0:
         return cfg
     policy = dataclasses.replace(cfg.policy, seed=cfg.policy.seed + cfg.seed)
@@ -49,13 +52,23 @@ def warm_start_config(cfg: Any) -> Any:
     return dataclasses.replace(cfg, policy=policy, warmup=dataclasses.replace(cfg.warmup, sft=sft))
 
 
-_POLICY_SINCE_V2 = ("gguf_file", "lora")
+_POLICY_SINCE_V2 = ("gguf_file", "lora", "adapter")
 """Policy fields added since key version 2: left out of the key while unset, so earlier warm starts keep their
 folder (and the evidence grid's stored warm starts stay valid)."""
 
 
+ADAPTER_CONFIG = "adapter_config.json"
+"""Marks a LoRA warm start: the folder holds peft's adapter, not the model (its base is ``cfg.policy``'s)."""
+
+
 def warm_policy(cfg: Any, warm: Path) -> Any:
-    """The policy config of RL from the warm start folder ``warm``: its weights (not the GGUF), ``cfg``'s LoRA."""
+    """The policy config of RL from the warm start folder ``warm``.
+
+    A full warm start: its weights (not the GGUF) with ``cfg``'s LoRA, if any, fresh on top. A LoRA warm start
+    (:data:`ADAPTER_CONFIG`): ``cfg``'s base with the warm start's adapter, trained on.
+    """
+    if (warm / ADAPTER_CONFIG).is_file():
+        return dataclasses.replace(cfg.policy, adapter=str(warm))
     return dataclasses.replace(cfg.policy, name_or_path=str(warm), gguf_file=None)
 
 
@@ -83,8 +96,9 @@ def ensure_warm_start(cfg: Any, *, progress: bool = True) -> Path:
     """The folder of the cached warm start, training it first if it is missing.
 
     Returns:
-        A folder that ``load_policy(PolicyConfig(name_or_path=...))`` reads (``save_pretrained`` layout) and an
-        ``sft.json`` with the warm-up's result (``split: "validation"``, its size and the seeds used).
+        A folder that :func:`warm_policy` turns into the RL policy (a ``save_pretrained`` model, or with
+        ``policy.lora`` a peft adapter) and an ``sft.json`` with the warm-up's result (``split: "validation"``, its
+        size and the seeds used).
 
     Raises:
         ValueError: the task has no validation split to stop on (e.g. ``math_file`` with ``val_fraction=0``).
@@ -116,7 +130,11 @@ def ensure_warm_start(cfg: Any, *, progress: bool = True) -> Path:
     tmp = target.with_name(f".tmp_{target.name}_{os.getpid()}")
     if tmp.exists():
         shutil.rmtree(tmp)
-    save_policy(model, tokenizer, tmp)
+    if cfg.policy.lora is None:
+        save_policy(model, tokenizer, tmp)
+    else:  # the adapter only (adapter_config.json + adapter_model.safetensors); the tokenizer is the base's
+        model.save_pretrained(tmp, safe_serialization=True)
+        (tmp / "README.md").unlink(missing_ok=True)  # peft's empty model card
     info = {"examples": len(pairs), "split": "validation", "validation_size": len(held_out),
             "policy_seed": cfg.policy.seed, "sft_seed": cfg.warmup.sft.seed}  # fmt: skip
     (tmp / "sft.json").write_text(json.dumps(dataclasses.asdict(result) | info), encoding="utf-8")
