@@ -56,7 +56,9 @@ def test_bad_arguments_are_refused_before_anything_trains(tmp_path):
 
 
 def test_both_runners_start_from_the_recommended_config_with_the_hard_task():
-    """The v05 side of rec_k1/rec_k2 is v05-recommended's config with only k, the task setting and the budget set."""
+    """The v05 side of rec_k1/rec_k2 is v05-recommended as the bench measured it (pinned: `v05_eb` + `combined`,
+    the pick until 2026-12-04, identical to that packaged config but its name) with only k, the task setting and
+    the budget set."""
     for name in ("rec_k1", "rec_k2"):
         cfg = parity_config(name, 30, 12_800, 3_200)
         k = CONFIGS[name].k

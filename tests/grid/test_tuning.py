@@ -91,14 +91,16 @@ def test_bench_matrix_tunes_then_compares_at_the_chosen_setting(tmp_path, tiny_g
     assert f"Pick: `grpo4` at `{best}`" in doc.read_text()
 
 
-def test_packaged_recommended_config_is_the_prior_pay_pick():
-    """`v05-recommended` (an interface contract) is the config the prior-pay grid's tuning sweep picked by its stated
-    rule (benchmarks/results/matrix/prior-pay.json, `recommended`), written by `v05 bench matrix ... --recommended`:
-    editing the file by hand, or a pick that moved, turns this red."""
-    results = json.loads((REPO / "benchmarks/results/matrix/prior-pay.json").read_text())
+def test_packaged_recommended_config_is_the_evidence_grids_pick():
+    """`v05-recommended` (an interface contract) is the config the evidence grid's validation sweep picked by its
+    stated rule over all seven task settings (benchmarks/results/matrix/evidence.json, `recommended`), written by
+    `v05 bench matrix ... --recommended`: editing the file by hand, or a pick that moved, turns this red."""
+    results = json.loads((REPO / "benchmarks/results/matrix/evidence.json").read_text())
     rec = results["recommended"]
-    assert rec is not None and rec["method"] in ("v05_eb_k1_b128", "v05_eb_select", "v05_eb_budget", "v05_budget")
-    grid = load_grid(REPO / "benchmarks/grids/prior-pay.yaml")
+    assert rec is not None and rec["method"] in ("eb1_running_mean", "eb1_history", "eb1_combined")
+    assert len(rec["scores"]) == len(results["tasks"]) == 7 and not results.get("pending")
+    assert all(t["tuning"][rec["method"]]["split"] == "validation" for t in results["tasks"].values())
+    grid = load_grid(REPO / "benchmarks/grids/evidence.yaml")
     assert load_config("v05-recommended") == recommended_config(grid, rec)
     assert rec["score_mean"] == pytest.approx(max(
         np.mean([t["tuning"][m]["settings"][s]["score"] for t in [*results["tasks"].values(),

@@ -74,7 +74,7 @@ def test_smollm2_demo_plan_is_the_real_model_with_lora_chat_sft_and_one_budget()
     v05 = by_name["demo-v05"]  # OSLA: k_init 4 a prompt before its extras
     assert v05.allocator.name == "osla" and v05.train.batch_size * v05.allocator.options["k_init"] == ROLLOUTS_PER_STEP
     assert [(c.estimator.name, c.prior.name) for c in cfgs] == [
-        ("grpo", None), ("grpo", None), ("v05", "v0"), ("v05_eb", "combined")
+        ("grpo", None), ("grpo", None), ("v05", "v0"), ("v05_eb", "history")
     ]  # fmt: skip
 
 
@@ -134,19 +134,20 @@ def test_lm_grid_task_setting_is_the_smollm2_demos_on_a_fresh_pool():
     assert task.overrides == SMOLLM2_DEMO.setting("hard")
     assert task.pool == "fresh" and task.regime == "hard"
     methods = {m.name: m for m in grid.methods}
-    assert set(methods) == {"grpo4", "rec_k1", "rec_k2", "rm_k1"} and grid.reference == "grpo4"
-    assert methods["grpo4"].config == "demo-grpo4"
-    assert methods["grpo4"].overrides == SMOLLM2_DEMO.methods["demo-grpo4"]
+    assert set(methods) == {"grpo4", "rec_k1", "rec_k2", "rm_k1", "comb_k1"} and grid.reference == "grpo4"
+    for name, config in (("grpo4", "demo-grpo4"), ("rec_k1", "v05-recommended")):
+        assert methods[name].config == config
+        assert methods[name].overrides == SMOLLM2_DEMO.methods[config]
     assert grid.seeds == (0, 1, 2)
 
 
 def test_lm_grid_cells_spend_64_rollouts_a_step_up_to_3072_with_an_eval_every_768(tmp_path):
-    """Every one of the 12 cells loads; each method spends 64 rollouts a step up to 3,072 rollouts (a pool of at
+    """Every one of the 15 cells loads; each method spends 64 rollouts a step up to 3,072 rollouts (a pool of at
     least that many prompts), evaluated every 768; rec_k1 is v05-recommended, rec_k2 the same at k = 2, rm_k1 the
-    evidence grid's running-mean control (v05_eb at k = 1 × 64)."""
+    evidence grid's running-mean control (v05_eb at k = 1 × 64), comb_k1 the learned `combined` prior at k = 1."""
     grid = load_grid(LM_GRID)
     cells = grid_cells(grid, tmp_path)
-    assert len(cells) == 12
+    assert len(cells) == 15
     recommended = load_config("v05-recommended")
     for cell in cells:
         cfg = cell.cfg
@@ -160,6 +161,9 @@ def test_lm_grid_cells_spend_64_rollouts_a_step_up_to_3072_with_an_eval_every_76
     assert by["rec_k1"].allocator.options["k"] == 1 and by["rec_k2"].allocator.options["k"] == 2
     assert (by["rm_k1"].estimator.name, by["rm_k1"].prior.name, by["rm_k1"].allocator.options["k"]) == (
         "v05_eb", "running_mean", 1
+    )  # fmt: skip
+    assert (by["comb_k1"].estimator.name, by["comb_k1"].prior.name, by["comb_k1"].allocator.options["k"]) == (
+        "v05_eb", "combined", 1
     )  # fmt: skip
     assert (by["grpo4"].estimator.name, by["grpo4"].allocator.options["k"]) == ("grpo", 4)
 

@@ -101,7 +101,8 @@ def test_demo_hard_regime_is_the_grids_arithmetic_hard_setting(grid):
 
 def test_make_demo_shows_the_recommended_config_beside_both_grpos_and_the_papers_v05_from_the_hard_warm_start():
     """`make demo` (`v05 demo` without options) trains GRPO k = 16, GRPO k = 4, V0.5 and v05-recommended from the
-    ~15 % warm start (issue 14: the regime where the prior pays), all four at one rollout budget."""
+    ~15 % warm start (the hard regime, where k = 1 pays), all four at one rollout budget; v05-recommended is the
+    evidence grid's pick, `v05_eb` with the `history` prior."""
     parser = argparse.ArgumentParser()
     demo_module.register(parser.add_subparsers())
     args = parser.parse_args(["demo"])
@@ -110,7 +111,7 @@ def test_make_demo_shows_the_recommended_config_beside_both_grpos_and_the_papers
     cfgs = [load_config(name, DEMO_REGIMES["hard"]) for name in DEMO_CONFIGS]
     assert {c.train.max_rollouts for c in cfgs} == {38_400}
     assert {c.warmup.sft.target_pass_rate for c in cfgs} == {0.15}
-    assert [(c.estimator.name, c.prior.name) for c in cfgs][2:] == [("v05", "v0"), ("v05_eb", "combined")]
+    assert [(c.estimator.name, c.prior.name) for c in cfgs][2:] == [("v05", "v0"), ("v05_eb", "history")]
 
 
 def test_demo_regime_reaches_every_run_and_a_finished_run_of_another_regime_is_refused(tmp_path, monkeypatch):

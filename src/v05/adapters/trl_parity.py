@@ -6,8 +6,9 @@ Per seed, one warm start (the hard arithmetic regime of the evidence grid: add/s
 ~15 % on the validation split) and three configurations at one rollout budget, each trained by both runners:
 
 - ``grpo4``: GRPO, k = 4 × 32 prompts a step (TRL: its own ``GRPOTrainer``; v05: ``demo-grpo4``), group-std scaled;
-- ``rec_k1``: ``v05-recommended`` — ``v05_eb`` fusing the ``combined`` prior (refitted every 4 updates, n0 fed) with
-  the rollouts, no scaling, ±1 rewards — at k = 1 × 64 (TRL: :class:`~v05.adapters.trl.V05GRPOTrainer`);
+- ``rec_k1``: ``v05-recommended`` as it was until 2026-12-04 — ``v05_eb`` fusing the ``combined`` prior (refitted
+  every 4 updates, n0 fed) with the rollouts, no scaling, ±1 rewards — at k = 1 × 64 (TRL:
+  :class:`~v05.adapters.trl.V05GRPOTrainer`);
 - ``rec_k2``: the same at k = 2 × 64.
 
 Matched between the runners (from the v05 config): learning rate and its 10-step warm-up then constant, AdamW betas,
@@ -72,17 +73,22 @@ class ParityConfig:
     """One configuration of the parity bench.
 
     Attributes:
-        config: the v05 config it starts from (``demo-grpo4`` or ``v05-recommended``).
+        config: the v05 config it starts from (``demo-grpo4``, or ``demo-v05-eb-k4`` for the recommended form).
         k: rollouts per prompt.
         prompts: prompts per step.
         v05: the ``V05GRPOConfig`` fields TRL's side sets; None: TRL's own GRPO.
+        overrides: the v05 config's own overrides (before the task, seed, budget, k and prompts).
     """
 
     config: str
     k: int
     prompts: int
     v05: dict[str, Any] | None
+    overrides: tuple[str, ...] = ()
 
+
+_RECOMMENDED_V05 = ("prior.options={refit_every: 4}",)
+"""``demo-v05-eb-k4`` + these (+ k and prompts) is ``v05-recommended`` as the parity bench measured it."""
 
 _RECOMMENDED_TRL = {
     "v05_estimator": "v05_eb",
@@ -95,10 +101,12 @@ _RECOMMENDED_TRL = {
 
 CONFIGS: dict[str, ParityConfig] = {
     "grpo4": ParityConfig("demo-grpo4", 4, 32, None),
-    "rec_k1": ParityConfig("v05-recommended", 1, 64, _RECOMMENDED_TRL),
-    "rec_k2": ParityConfig("v05-recommended", 2, 64, _RECOMMENDED_TRL),
+    "rec_k1": ParityConfig("demo-v05-eb-k4", 1, 64, _RECOMMENDED_TRL, _RECOMMENDED_V05),
+    "rec_k2": ParityConfig("demo-v05-eb-k4", 2, 64, _RECOMMENDED_TRL, _RECOMMENDED_V05),
 }
-"""The configurations by name (module docstring)."""
+"""The configurations by name (module docstring). ``rec_k1``/``rec_k2`` are pinned to the form they measured,
+``v05-recommended`` until 2026-12-04 (``v05_eb`` + ``combined``); the evidence grid's pick since then is the same
+estimator with the ``history`` prior at 128 prompts a step."""
 
 RUNNERS = ("trl", "v05")
 REFERENCE = ("trl", "grpo4")
@@ -121,8 +129,8 @@ def parity_config(name: str, seed: int, budget: int, eval_every: int) -> TrainCo
     spec = CONFIGS[name]
     return load_config(
         spec.config,
-        [*TASK_OVERRIDES, f"seed={seed}", f"train.max_rollouts={budget}", f"eval.every_rollouts={eval_every}",
-         f"allocator.options.k={spec.k}", f"train.batch_size={spec.prompts}"],
+        [*spec.overrides, *TASK_OVERRIDES, f"seed={seed}", f"train.max_rollouts={budget}",
+         f"eval.every_rollouts={eval_every}", f"allocator.options.k={spec.k}", f"train.batch_size={spec.prompts}"],
     )  # fmt: skip
 
 
