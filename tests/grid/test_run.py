@@ -16,7 +16,9 @@ from v05.train.config import load_config
 
 def test_an_interrupted_cell_resumes_exactly(tmp_path, tiny_grid):
     """A cell with a checkpoint and no final/ is resumed, not restarted, and ends with the rows of the run that was
-    never interrupted (the grid resumes through the trainer's exact resume)."""
+    never interrupted (the grid resumes through the trainer's exact resume); a cell stopped before its first
+    checkpoint (its config and an empty metrics file written) is trained from the start, not failed as "already
+    holds a run"."""
     from tests.train._rows import comparable, rows_of  # noqa: PLC0415
     from v05.train.loop import train  # noqa: PLC0415
     from v05.train.rundir import latest_checkpoint  # noqa: PLC0415
@@ -40,6 +42,14 @@ def test_an_interrupted_cell_resumes_exactly(tmp_path, tiny_grid):
     assert cell_state(cell) == "done"
     from v05.report.runs import load_run  # noqa: PLC0415 (a resumed run's last line of a step wins)
 
+    assert [comparable(r) for r in load_run(cell.run_dir).metrics] == full
+
+    shutil.rmtree(cell.run_dir / "final")
+    shutil.rmtree(cell.run_dir / "checkpoints")
+    (cell.run_dir / "metrics.jsonl").write_text("")  # as if killed during the first eval
+    assert cell_state(cell) == "new"
+    res = bench_matrix(grid_file, out, progress=False)
+    assert res["failures"] == {} and cell_state(cell) == "done"
     assert [comparable(r) for r in load_run(cell.run_dir).metrics] == full
 
 

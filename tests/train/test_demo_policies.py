@@ -65,6 +65,7 @@ def test_smollm2_demo_plan_is_the_real_model_with_lora_chat_sft_and_one_budget()
         assert (cfg.warmup.sft.lr, cfg.warmup.sft.batch_size) == (1.0e-3, 16)  # the LoRA adapter's SFT
         assert cfg.warmup.sft.max_steps * cfg.warmup.sft.batch_size <= cfg.warmup.n_examples
         assert cfg.generation.max_new_tokens == 8
+        assert cfg.generation.batch_size == 64  # 512 put the 256-prompt eval in one batch: 16.8 GB resident
         assert cfg.train.max_rollouts == 768 and cfg.eval.every_rollouts == 384 and not cfg.eval.greedy
         assert cfg.eval.size == 128
     by_name = dict(zip(DEMO_CONFIGS, cfgs, strict=True))

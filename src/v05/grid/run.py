@@ -84,12 +84,18 @@ def run_grid(
             bar.update(n)
             todo = [c for c in todo if cell_state(c) != "done"]
         by_dir = {str(c.run_dir): c for c in todo}
-        cell_jobs = [(_run_cell, (c.cfg, str(c.run_dir), states[c.run_dir] == "resume"), str(c.run_dir)) for c in todo]
+        # a started cell resumes: from its checkpoint, or (stopped before its first one) the trainer starts it over
+        cell_jobs = [(_run_cell, (c.cfg, str(c.run_dir), _started(c)), str(c.run_dir)) for c in todo]
         _execute(cell_jobs, workers, bar, failures, on_done=None if store is None else (
             lambda label: store_cell(by_dir[label], store)))  # fmt: skip
     finally:
         bar.close()
     return failures
+
+
+def _started(cell: Cell) -> bool:
+    """Whether an unfinished cell's run directory holds a run of its config (cell_state refused any other)."""
+    return (cell.run_dir / "config.yaml").is_file()
 
 
 def _execute(

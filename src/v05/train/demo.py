@@ -92,6 +92,7 @@ SMOLLM2_DEMO = DemoPolicy(
         "task.options={max_digits: 2, mix: [0.5, 0.5, 0.0], held_out_first: true, n_train: 4000, n_eval: 256, "
         "n_val: 128}",
         "generation.max_new_tokens=8",
+        "generation.batch_size=64",
         "warmup.sft={lr: 1.0e-3, batch_size: 16, warmup_steps: 5, eval_every: 5, max_steps: 200}",
         "warmup.n_examples=3200",
         "warmup.eval_size=128",
@@ -125,6 +126,9 @@ SMOLLM2_DEMO = DemoPolicy(
 - RL: that adapter trained on (the KL reference, if any, is base + warm-start adapter), 8 new tokens (the longest
   answer, "-99" or "198", is a few tokens plus the end of turn), the configs' learning rate (1e-4, not tuned for this
   model) after a 2-step warm-up (the configs' 10 would span most of a 12-step run).
+- Memory: sequences are generated 64 at a time (``generation.batch_size``): the default 512 put the 256-prompt
+  eval in one batch, and one run peaked at 16.8 GB resident (6.2 GB at 64; ``/usr/bin/time -v v05 train`` on a lm
+  grid cell's config), so two grid workers did not fit in 24 GB.
 - Budget: 64 rollouts a step for every method (GRPO 16 × 4 prompts and 4 × 16, V0.5 16 prompts × 4 plus OSLA's
   extras, ``v05-recommended`` 1 × 64), 768 rollouts a method (12 steps), a sampled eval on the first 128 eval prompts
   at the start, at 384 rollouts and at the end. Sizing, from a pilot on the 2-core machine under a load average of
