@@ -1,4 +1,4 @@
-"""TRL's GRPOTrainer with v05's advantages: one rollout per prompt, the `combined` prior as its baseline (CPU, < 1 min).
+"""TRL's GRPOTrainer with v05's advantages: one rollout per prompt, the `history` prior as its baseline (CPU, < 1 min).
 
     python examples/trl/train_tiny.py      # after: pip install 'v05[train,trl]' (torch==2.13.0 first)
 
@@ -48,8 +48,7 @@ args = V05GRPOConfig(
     beta=0.0,
     logging_steps=5,
     v05_estimator="v05_eb",  # v05-recommended's estimator: empirical-Bayes fusion of prior and rollouts
-    v05_prior="combined",  # policy mean + the prompt's own history + a residual model on MiniLM/TF-IDF features
-    v05_prior_options={"refit_every": 4},
+    v05_prior="history",  # v05-recommended's: the prompt's own history; a new prompt gets the running policy mean
     v05_reward_range="01",  # "pm1" for rewards on [-1, 1]
 )
 trainer = V05GRPOTrainer(

@@ -23,7 +23,8 @@ def test_the_readme_shows_the_example_line_for_line():
 
 def test_the_example_runs_as_written(tmp_path):
     """``python examples/trl/train_tiny.py`` from a clean working directory: 20 TRL steps at one rollout per prompt
-    with v05_eb + combined; it exits 0 and TRL's log carries v05's metrics (the prior learned 64 prompts a step)."""
+    with v05_eb + history (v05-recommended's form); it exits 0 and TRL's log carries v05's metrics (the prior
+    learned 64 prompts a step)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "CUDA_VISIBLE_DEVICES": ""}
     proc = subprocess.run(
         [sys.executable, str(EXAMPLE)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
