@@ -4,7 +4,7 @@
 #   METHOD=v05    bash examples/verl/run_qwen3_4b_dapo.sh   # V0.5: prior + shrinkage/test, OSLA k_init 4 -> k_max 16
 #   METHOD=grpo16 bash examples/verl/run_qwen3_4b_dapo.sh   # the paper's baseline: verl's GRPO, 16 rollouts per prompt
 #   METHOD=grpo4  bash examples/verl/run_qwen3_4b_dapo.sh   # GRPO at V0.5's k_init (SPEC §10: always report it)
-#   METHOD=eb1    bash examples/verl/run_qwen3_4b_dapo.sh   # v05-recommended's form: v05_eb + combined prior, n = 1
+#   METHOD=eb1    bash examples/verl/run_qwen3_4b_dapo.sh   # v05-recommended's form: v05_eb + history prior, n = 1
 #   METHOD=eb2    bash examples/verl/run_qwen3_4b_dapo.sh   # the same at n = 2
 #
 # Extra Hydra overrides are appended (e.g. trainer.total_training_steps=10). Settings marked (paper) follow the V0.5
@@ -118,11 +118,12 @@ V05=(
     +algorithm.v05.allocator_options.schedule=jump
 )
 
-# v05-recommended's form (README): v05_eb, the empirical-Bayes fusion of the `combined` prior (policy mean + the
-# prompt's own history + a residual model on MiniLM and TF-IDF features) with the group's rollouts, at one rollout
-# per prompt and fixed budgets (no OSLA). On the tiny policy its data say a running mean at k = 1 gains about as much
-# (docs/results-evidence.md): run +algorithm.v05.provider=running_mean beside it. 2048 prompts x 1 = the same 2048
-# rollouts per step as GRPO16; the prior sees each prompt's bare problem text. filter_groups stays off: v05_eb gives
+# v05-recommended's form (README): v05_eb, the empirical-Bayes fusion of the `history` prior (the prompt's own
+# discounted history; a prompt not seen before gets the running policy mean) with the group's rollouts, at one
+# rollout per prompt and fixed budgets (no OSLA). The evidence grid on the tiny policy picked it over the learned
+# `combined` prior (docs/results-summary.md: a learned prior paid only on a pool mixing domains of very different pass
+# rates); +algorithm.v05.provider=combined with provider_options.backend=${PRIOR_BACKEND} runs that one. 2048
+# prompts x 1 = the same 2048 rollouts per step as GRPO16. filter_groups stays off: v05_eb gives
 # all-correct/all-wrong groups a non-zero advantage (the adapter refuses the filter).
 EB1=(
     trainer.v1.trainer_mode=v05
@@ -134,9 +135,7 @@ EB1=(
     +algorithm.v05.key_field=index
     +algorithm.v05.text_field=question
     +algorithm.v05.options.scale=none
-    +algorithm.v05.provider=combined
-    +algorithm.v05.provider_options.backend=${PRIOR_BACKEND}
-    +algorithm.v05.provider_options.refit_every=4
+    +algorithm.v05.provider=history
     +algorithm.v05.allocator=fixed
 )
 
@@ -151,9 +150,7 @@ EB2=(
     +algorithm.v05.key_field=index
     +algorithm.v05.text_field=question
     +algorithm.v05.options.scale=none
-    +algorithm.v05.provider=combined
-    +algorithm.v05.provider_options.backend=${PRIOR_BACKEND}
-    +algorithm.v05.provider_options.refit_every=4
+    +algorithm.v05.provider=history
     +algorithm.v05.allocator=fixed
 )
 

@@ -1005,7 +1005,7 @@ def test_group_filters_are_refused_for_estimators_with_an_outside_baseline(tmp_p
 
 @pytest.mark.parametrize("method", ["EB1", "EB2"])
 def test_the_launch_scripts_recommended_override_set_runs_in_verls_fit_loop(local_ray, tmp_path, monkeypatch, method):
-    """The launch script's EB1/EB2 overrides (v05_eb + combined prior on MiniLM, fixed budgets, n = 1 and 2) in
+    """The launch script's EB1/EB2 overrides (v05_eb + the history prior, fixed budgets, n = 1 and 2) in
     verl's V1 fit loop, 3 steps, with only the sizes scaled to the test: every prompt gets exactly n rollouts, the
     actor's advantages are v05_eb's on those rewards with the prior the provider predicted (its n0 fed, the
     estimator state carried), and the prior learns every step's groups."""
@@ -1031,7 +1031,7 @@ def test_the_launch_scripts_recommended_override_set_runs_in_verls_fit_loop(loca
     trainer.fit(AgentLoopManager(worker))
 
     updates = trainer.actor_rollout_wg.updates
-    assert len(updates) == len(predictions) == 3 and trainer.v05_provider.name == "combined"
+    assert len(updates) == len(predictions) == 3 and trainer.v05_provider.name == "history"
     state = None
     for update, (ids, texts, pred) in zip(updates, predictions, strict=True):
         assert all(t.startswith("question ") for t in texts)  # the bare problem text (text_field=question)
@@ -1070,7 +1070,7 @@ def launch_arrays():
 def test_launch_script_overrides_compose_with_verls_config(method):
     """Every override of the launch script is a valid key of verl 0.9.1's Hydra config (``+`` exactly for v05's
     keys); V0.5 runs the v05 trainer mode with the paper's OSLA settings; the GRPO runs use verl's grpo at 16 and 4
-    rollouts with 2048 rollouts per step; EB1/EB2 run v05-recommended's form (v05_eb + combined, fixed budgets) at
+    rollouts with 2048 rollouts per step; EB1/EB2 run v05-recommended's form (v05_eb + history, fixed budgets) at
     n = 1 and 2 with the same 2048 rollouts per step."""
     arrays = launch_arrays()
     env = {"TRAIN_FILE": "/d/train.parquet", "VAL_FILE": "/d/val.parquet", "MODEL": "m", "NNODES": "4"}
@@ -1092,7 +1092,7 @@ def test_launch_script_overrides_compose_with_verls_config(method):
         n = cfg.actor_rollout_ref.rollout.n
         assert cfg.trainer.v1.trainer_mode == "v05" and cfg.algorithm.adv_estimator == "v05_eb"
         assert n == int(method[-1]) and cfg.data.train_batch_size * n == 2048
-        assert v.provider == "combined" and v.allocator == "fixed" and v.reward_range == "pm1"
+        assert v.provider == "history" and v.allocator == "fixed" and v.reward_range == "pm1"
         assert v.options == {"scale": "none"} and v.text_field == "question" and v.key_field == "index"
         assert not cfg.algorithm.filter_groups.enable
     else:
