@@ -129,7 +129,8 @@ def test_prior_and_n0_of_a_step_are_blind_to_its_rewards(tmp_path, tiny_override
     advantages; the prior and n0 the estimator receives (and OSLA's, where used) are that prediction's, cut to the
     kept prompts; the provider's state when the estimator runs is its state before the prediction; and a provider
     rebuilt from that state (one that never saw step t) predicts the same prior and n0. The test has teeth: a
-    provider rebuilt from the state *after* step t's update predicts a different prior for the same prompts."""
+    provider rebuilt from the state *after* step t's update (which differs every step) predicts a different prior for
+    the same prompts in at least 2 of the 3 steps."""
     events, cfg, real_make = run_with_spies(tmp_path, [*tiny_overrides, *QUICK, *CASES[name]], monkeypatch)
     rr = cfg.train.reward_range
     steps = steps_of(events)
@@ -166,4 +167,7 @@ def test_prior_and_n0_of_a_step_are_blind_to_its_rewards(tmp_path, tiny_override
         seen = real_make(cfg.prior.name, **cfg.prior.options)
         seen.load_state_dict(upd["state"])
         leak_visible.append(not np.allclose(seen.predict(pred["ids"], pred["texts"], **pred["kw"]).mean, pred["mean"]))
-    assert all(leak_visible), leak_visible
+        assert upd["state"] != pred["state"], f"step {t}: the provider did not learn the step"
+    # a running mean whose step lands on its own mean predicts the same after learning it (seen on a warm start of
+    # another machine: [True, False, True]), so a leak is visible in some steps, not necessarily in all
+    assert sum(leak_visible) >= 2, leak_visible
