@@ -182,3 +182,9 @@ def test_a_lora_warm_start_is_its_adapter_and_rl_trains_on_from_it(tmp_path, mon
         load_policy(other)
     with pytest.raises(ValueError, match="policy.adapter=.*needs policy.lora"):
         dataclasses_replace(policy, lora=None)
+
+
+def test_a_missing_adapter_folder_is_one_line_naming_the_field(tmp_path):
+    """`policy.adapter` names a local folder: one that does not exist is refused when the config is checked."""
+    with pytest.raises(ValueError, match=r"^policy.adapter: no such directory"):
+        load_config(None, ["policy.lora={r: 4, alpha: 8}", f"policy.adapter={tmp_path / 'nope'}"])

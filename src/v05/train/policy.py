@@ -463,10 +463,10 @@ def _with_lora(model: PreTrainedModel, lora: LoraConfig, adapter: str | None = N
     require_modules(("peft",), "policy.lora")
     import peft  # noqa: PLC0415 (the lm extra)
 
-    spec = peft.LoraConfig(r=lora.r, lora_alpha=lora.alpha, target_modules=list(lora.target_modules),
-                           lora_dropout=lora.dropout, bias="none", task_type="CAUSAL_LM")  # fmt: skip
     if adapter is not None:
         return _load_adapter(peft, model, lora, adapter)
+    spec = peft.LoraConfig(r=lora.r, lora_alpha=lora.alpha, target_modules=list(lora.target_modules),
+                           lora_dropout=lora.dropout, bias="none", task_type="CAUSAL_LM")  # fmt: skip
     try:
         return peft.get_peft_model(model, spec)  # type: ignore[return-value]
     except ValueError as err:
