@@ -188,3 +188,13 @@ def test_a_missing_adapter_folder_is_one_line_naming_the_field(tmp_path):
     """`policy.adapter` names a local folder: one that does not exist is refused when the config is checked."""
     with pytest.raises(ValueError, match=r"^policy.adapter: no such directory"):
         load_config(None, ["policy.lora={r: 4, alpha: 8}", f"policy.adapter={tmp_path / 'nope'}"])
+
+
+def test_an_adapter_with_a_warm_up_is_refused_not_ignored(tmp_path):
+    """The warm-up trains its own adapter on the base and RL trains on from that one: a user's `policy.adapter` beside
+    `warmup.enabled` would be dropped without a word, so the config is refused in one line naming the field."""
+    (tmp_path / "adapter_config.json").write_text("{}")
+    adapter = ["policy.lora={r: 4, alpha: 8}", f"policy.adapter={tmp_path}"]
+    with pytest.raises(ValueError, match=r"^policy.adapter: the SFT warm-up .* warmup.enabled=false"):
+        load_config(None, [*adapter, "warmup.enabled=true"])
+    assert load_config(None, adapter).policy.adapter == str(tmp_path)  # without the warm-up it is the policy

@@ -472,6 +472,9 @@ def check_config(cfg: TrainConfig) -> None:
     need(cfg.run.generate_retries >= 0, "run.generate_retries", "must be >= 0")
     need(cfg.run.retry_backoff_s >= 0, "run.retry_backoff_s", "must be >= 0")
     need(cfg.optim.lr > 0, "optim.lr", f"must be > 0, got {cfg.optim.lr}")
+    need(cfg.policy.adapter is None or not cfg.warmup.enabled, "policy.adapter",
+         "the SFT warm-up (warmup.enabled) trains its own adapter on the base and RL would train on from that one, "
+         "not this; set warmup.enabled=false to train on from policy.adapter, or drop it")  # fmt: skip
     need(cfg.optim.warmup_steps >= 0, "optim.warmup_steps", "must be >= 0")
     need(cfg.optim.grad_clip is None or cfg.optim.grad_clip > 0, "optim.grad_clip", "must be > 0 or null")
     if tr.overlong.enabled:

@@ -168,7 +168,7 @@ class PolicyConfig:
     adapter: str | None = None
     """With ``lora``: a saved LoRA adapter folder (peft's ``save_pretrained`` layout, e.g. a LoRA warm start) put on
     the base and trained on from there instead of a fresh adapter; its rank, alpha and target modules must be
-    ``lora``'s. None: a fresh adapter (B = 0)."""
+    ``lora``'s; not with ``warmup.enabled`` (the warm-up trains its own). None: a fresh adapter (B = 0)."""
     hidden_size: int = 128
     """Tiny model only: width of the residual stream."""
     num_layers: int = 2

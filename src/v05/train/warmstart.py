@@ -43,8 +43,6 @@ def warm_start_config(cfg: Any) -> Any:
     540 MB: a grid's store keeps it, so a grid resumed on another machine pairs with its stored cells), and RL trains
     on from that adapter (:func:`warm_policy`): the warm start, the KL reference included, is base + adapter.
     """
-    if cfg.policy.adapter is not None:
-        cfg = dataclasses.replace(cfg, policy=dataclasses.replace(cfg.policy, adapter=None))
     if not cfg.warmup.per_seed or cfg.seed == 0:
         return cfg
     policy = dataclasses.replace(cfg.policy, seed=cfg.policy.seed + cfg.seed)
