@@ -1,5 +1,7 @@
 """train.forward: the shared-prefix forward equals the per-rollout one (engines.logprobs)."""
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -7,7 +9,7 @@ import torch
 from v05.engines import GenerationConfig, HFEngine
 from v05.engines.logprobs import sequence_logprobs
 from v05.train.forward import prefix_rows, shared_prefix_logprobs
-from v05.train.policy import PolicyConfig, load_policy
+from v05.train.policy import LoraConfig, PolicyConfig, load_policy
 
 torch.set_num_threads(1)
 
@@ -58,3 +60,17 @@ def test_shared_prefix_single_token_responses_and_bad_rows(policy):
     with pytest.raises(ValueError, match="rows"):
         shared_prefix_logprobs(model, r.prompt_ids[first], r.prompt_mask[first], r.response_ids, r.response_mask,
                                rows + 5)  # fmt: skip
+
+
+def test_shared_prefix_on_a_lora_policy_passes_the_cache_by_the_models_own_keyword():
+    """peft's wrapper takes ``**kwargs``: the cache keyword is read from the model under it (``cache`` on this
+    transformers), not the deprecated ``past_key_values`` (a FutureWarning every step, and gone in 5.40)."""
+    model, tok = load_policy(PolicyConfig(seed=0, device="cpu", dtype="float32", lora=LoraConfig(r=2, alpha=4.0)))
+    r = HFEngine(model, tok, GenerationConfig(max_new_tokens=3), seed=5).generate(PROMPTS, [1, 2, 1])
+    first, rows = prefix_rows(r.prompt_index)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*past_key_values", category=FutureWarning)
+        shared, _ = shared_prefix_logprobs(model, r.prompt_ids[first], r.prompt_mask[first], r.response_ids,
+                                           r.response_mask, rows)  # fmt: skip
+    full, _ = sequence_logprobs(model, r.prompt_ids, r.prompt_mask, r.response_ids, r.response_mask)
+    torch.testing.assert_close(shared, full, atol=1e-5, rtol=0)

@@ -36,9 +36,18 @@ def prefix_rows(group: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return first[order], rank[inverse.reshape(-1)]
 
 
+def _cache_arg(model: PreTrainedModel) -> str:
+    """The forward keyword of the KV cache: ``cache`` (transformers ≥ 5.2x) or ``past_key_values`` (older).
+
+    Read from the model's own class: a peft wrapper's ``forward`` takes ``**kwargs`` and hands them on to it.
+    """
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return _forward_cache_arg(type(base))
+
+
 @cache
-def _cache_arg(model_cls: type) -> str:
-    """The forward keyword of the KV cache: ``cache`` (transformers ≥ 5.2x) or ``past_key_values`` (older)."""
+def _forward_cache_arg(model_cls: type) -> str:
+    """``_cache_arg`` of a model class (cached: the signature is read once a class)."""
     return "cache" if "cache" in inspect.signature(model_cls.forward).parameters else "past_key_values"
 
 
@@ -96,7 +105,7 @@ def shared_prefix_logprobs(
     p_ids, p_mask, rows_t = prompt_ids.to(device), prompt_mask.to(device), rows_t.to(device)
     r_ids, r_mask = response_ids.to(device), response_mask.to(device)
     p_pos = (p_mask.long().cumsum(-1) - 1).clamp(min=0)  # (G', P) left padding starts at position 0
-    kw = _cache_arg(type(model))
+    kw = _cache_arg(model)
     out = model(input_ids=p_ids, attention_mask=p_mask, position_ids=p_pos, use_cache=True, logits_to_keep=1)
     kv = getattr(out, "cache", None) if kw == "cache" else out.past_key_values
     if kv is None:
