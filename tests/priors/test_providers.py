@@ -125,6 +125,26 @@ def test_history_beats_the_running_mean_when_prompts_recur():
     assert provs["history"].calibration().n0 > provs["running_mean"].calibration().n0
 
 
+def test_history_is_the_running_mean_exactly_when_no_prompt_recurs():
+    """On a fresh pool (each prompt drawn once: the lm grid's `smollm2-arith2-fresh`) `history` has no per-prompt
+    evidence, so its prediction (mean, tau2, n0) and calibration equal `running_mean`'s bit for bit, step after step;
+    the lm grid's rm_k1 and rec_k1 cells train identically for that reason. A prompt seen again breaks the tie."""
+    rng = np.random.default_rng(3)
+    provs = {n: make_provider(n) for n in ("running_mean", "history")}
+    for step in range(12):
+        ids = [f"s{step}p{i}" for i in range(16)]
+        counts = rng.integers(1, 4, 16).astype(float)
+        scores = 2 * rng.binomial(counts.astype(int), rng.uniform(0, 1, 16)) / counts - 1
+        preds = [prov.predict(ids, ids) for prov in provs.values()]
+        for field in ("mean", "tau2", "n0"):
+            np.testing.assert_array_equal(getattr(preds[0], field), getattr(preds[1], field))
+        for prov in provs.values():
+            prov.update(ids, ids, scores, counts, step=step)
+    assert provs["history"].calibration() == provs["running_mean"].calibration()
+    seen = ["s11p0", "s11p1"]
+    assert not np.array_equal(provs["history"].predict(seen, seen).mean, provs["running_mean"].predict(seen, seen).mean)
+
+
 def test_group_outcomes_from_a_flat_batch():
     """Rewards [1,0,0 | 1,1] in 0/1 space → ±1 means [−1/3, 1] and counts [3, 2]."""
     from v05.priors import group_outcomes
