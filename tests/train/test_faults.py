@@ -17,7 +17,9 @@ import time
 
 import numpy as np
 import pytest
+import safetensors.torch
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 import v05.tasks.arithmetic as arithmetic
@@ -241,6 +243,26 @@ def test_a_full_disk_while_checkpointing_keeps_the_previous_checkpoint_and_says_
     train(cfg, tmp_path / "cut", resume=True)
     same_rows(tmp_path / "clean", tmp_path / "cut")
     same_weights(tmp_path / "clean", tmp_path / "cut")
+
+
+def test_a_full_disk_in_the_policys_safetensors_write_stops_the_run_with_the_reason(
+    tmp_path, tiny_overrides, monkeypatch
+):
+    """safetensors reports a full disk as its own SafetensorError, not OSError (seen in CI on a 540 MB full fine-tune
+    checkpoint): the step-2 policy write hitting it still stops the run cleanly, saying why, with step 1 intact."""
+    real, saves = safetensors.torch.save_model, []
+
+    def save_model(model, filename, *args, **kwargs):
+        saves.append(1)
+        if len(saves) == 2:
+            raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+        return real(model, filename, *args, **kwargs)
+
+    monkeypatch.setattr(safetensors.torch, "save_model", save_model)
+    cfg = load_config(None, [*tiny_overrides, "run.checkpoint_every=1"])
+    with pytest.raises(RunStopped, match="step 2 could not be written.*safetensors.*No space left.*step 1 is"):
+        train(cfg, tmp_path / "run")
+    intact(tmp_path / "run", 1)
 
 
 def test_an_unwritable_run_directory_stops_the_run_with_the_reason(tmp_path, tiny_overrides, monkeypatch):

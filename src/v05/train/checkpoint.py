@@ -38,9 +38,12 @@ def save_state(
     import torch  # noqa: PLC0415
     from safetensors.torch import save_model  # noqa: PLC0415
 
+    from v05.train.policy import disk_errors  # noqa: PLC0415
+
     def write_policy(folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
-        save_model(model, str(folder / "model.safetensors"))
+        with disk_errors(folder / "model.safetensors"):
+            save_model(model, str(folder / "model.safetensors"))
 
     tensors = {
         "optimizer": optimizer.state_dict(),

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
+from safetensors import SafetensorError
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
 from transformers import (
     AutoModelForCausalLM,
@@ -60,6 +61,7 @@ __all__ = [
     "merged_policy",
     "resolve_device",
     "cpu_has_native_bf16",
+    "disk_errors",
     "resolve_dtype",
     "save_policy",
     "set_cpu_threads",
@@ -305,9 +307,23 @@ def save_policy(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, path
     """
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
-    with _quiet_hf_progress():
+    with _quiet_hf_progress(), disk_errors(out):
         model.save_pretrained(out, safe_serialization=True)
         tokenizer.save_pretrained(out)
+
+
+@contextlib.contextmanager
+def disk_errors(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Re-raise safetensors' write errors as ``OSError`` naming ``path``, as every other failed write is.
+
+    safetensors reports a full disk ("No space left on device (os error 28)") or an unwritable file as its own
+    ``SafetensorError``, which callers that stop a run cleanly on ``OSError`` (a checkpoint, the export, the GGUF
+    cache) would otherwise let escape as a traceback.
+    """
+    try:
+        yield
+    except SafetensorError as err:
+        raise OSError(f"{os.fspath(path)}: {error_line(err)}") from None
 
 
 @contextlib.contextmanager
@@ -424,7 +440,11 @@ def _gguf_cache(path: Path) -> Path:
 
 
 def _from_gguf(config: PolicyConfig, dtype: torch.dtype) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """Load a GGUF policy: from its dequantised cache folder, else from the file (then written to the cache)."""
+    """Load a GGUF policy from its dequantised cache folder, writing the folder from the file first when missing.
+
+    Every load reads the cache, the first one too, so that a run is bit-identical to its repeat; only when the cache
+    cannot be written (a full disk, an unwritable folder) is the in-memory dequantised model returned, with a warning.
+    """
     path = gguf_location(config)
     cache = _gguf_cache(path)
     if not (cache / "config.json").is_file():
@@ -438,17 +458,27 @@ def _from_gguf(config: PolicyConfig, dtype: torch.dtype) -> tuple[PreTrainedMode
         model.hf_quantizer = None  # its weights are dequantised floats: save them as a plain checkpoint
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{cache.name}-", dir=cache.parent))
+        tmp = None
         try:
-            model.save_pretrained(tmp, safe_serialization=True)
-            tokenizer.save_pretrained(tmp)
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=f".{cache.name}-", dir=cache.parent))
+            with disk_errors(tmp):
+                model.save_pretrained(tmp, safe_serialization=True)
+                tokenizer.save_pretrained(tmp)
             tmp.rename(cache)  # atomic: a cache folder is complete or absent
-        except OSError as err:  # another process wrote it first, or the disk is full: the loaded model is good
-            logger.warning("policy %s: not cached (%s); the next load dequantises again", path.name, error_line(err))
+        except OSError as err:  # another process wrote it first, a full disk, an unwritable folder
+            if not (cache / "config.json").is_file():
+                logger.warning("policy %s: not cached (%s); training from the file's dequantised weights, and the "
+                               "next load dequantises again", path.name, error_line(err))  # fmt: skip
         finally:
-            shutil.rmtree(tmp, ignore_errors=True)  # gone after the rename; a failed write leaves nothing behind
-        return model.to(dtype), tokenizer
+            if tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)  # gone after the rename; a failed write leaves nothing behind
+        if not (cache / "config.json").is_file():
+            return model.to(dtype), tokenizer
+        # Read back what was cached, as every later load will: the in-memory dequantised model holds equal weights
+        # but trained a first step differently in the last float bits (same values, other allocations), so a first
+        # run and its resumed or repeated twin would not be bit-identical.
+        del model
     cached = dataclasses.replace(config, name_or_path=str(cache), gguf_file=None)
     return _from_pretrained(cached, dtype)
 
