@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 import torch
 
+import v05.train.sft as sft
 from v05.engines import GenerationConfig, HFEngine
 from v05.train.policy import PolicyConfig, load_policy
 from v05.train.sft import SFTConfig, sft_warmup
@@ -98,3 +99,16 @@ def test_bad_sft_config_names_the_field(kwargs, field):
     """Invalid fields raise ValueError naming the field."""
     with pytest.raises(ValueError, match=field):
         SFTConfig(**kwargs)
+
+
+def test_the_progress_bar_shows_no_pass_rate_before_the_first_check(monkeypatch):
+    """With progress on, each step's postfix gives the loss; the pass rate appears from the first check on (step 3
+    here), never as 'nan' before it."""
+    shown = []
+    monkeypatch.setattr(sft.tqdm, "set_postfix", lambda self, ordered_dict=None, refresh=True, **kw: shown.append(
+        dict(ordered_dict or {}, **kw)))  # fmt: skip
+    model, tok = load_policy(PolicyConfig(seed=0))
+    config = SFTConfig(batch_size=4, eval_every=3, max_steps=4, target_pass_rate=1.0)
+    sft_warmup(model, tok, EXAMPLES, evaluate=lambda m: 0.25, config=config, progress=True)
+    assert [sorted(p) for p in shown] == [["loss"], ["loss"], ["loss", "pass_rate"], ["loss", "pass_rate"]]
+    assert [p.get("pass_rate") for p in shown] == [None, None, "0.250", "0.250"]

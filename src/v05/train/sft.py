@@ -167,7 +167,8 @@ def sft_warmup(
                 history.append((step, pass_rate))
                 reached = pass_rate >= config.target_pass_rate
             bar.update(1)
-            bar.set_postfix(loss=f"{losses[-1]:.3f}", pass_rate=f"{pass_rate:.3f}", refresh=False)
+            shown = {"loss": f"{losses[-1]:.3f}"} | ({"pass_rate": f"{pass_rate:.3f}"} if history else {})
+            bar.set_postfix(shown, refresh=False)  # no pass rate shown before the first check
             if reached or out_of_time:
                 break
     finally:
