@@ -245,6 +245,15 @@ def test_a_full_disk_while_checkpointing_keeps_the_previous_checkpoint_and_says_
     same_weights(tmp_path / "clean", tmp_path / "cut")
 
 
+def stops_with_step_1_intact(run_dir, overrides, reason):
+    """Train with a checkpoint every step (a fault set up to strike at step 2): RunStopped gives ``reason`` (a regex)
+    and says step 1 is intact, and step 1's checkpoint is."""
+    cfg = load_config(None, [*overrides, "run.checkpoint_every=1"])
+    with pytest.raises(RunStopped, match=f"{reason}.*step 1 is intact"):
+        train(cfg, run_dir)
+    intact(run_dir, 1)
+
+
 def test_a_full_disk_in_the_policys_safetensors_write_stops_the_run_with_the_reason(
     tmp_path, tiny_overrides, monkeypatch
 ):
@@ -259,10 +268,7 @@ def test_a_full_disk_in_the_policys_safetensors_write_stops_the_run_with_the_rea
         return real(model, filename, *args, **kwargs)
 
     monkeypatch.setattr(safetensors.torch, "save_model", save_model)
-    cfg = load_config(None, [*tiny_overrides, "run.checkpoint_every=1"])
-    with pytest.raises(RunStopped, match="step 2 could not be written.*safetensors.*No space left.*step 1 is"):
-        train(cfg, tmp_path / "run")
-    intact(tmp_path / "run", 1)
+    stops_with_step_1_intact(tmp_path / "run", tiny_overrides, "step 2 could not be written.*safetensors.*No space")
 
 
 def test_an_unwritable_run_directory_stops_the_run_with_the_reason(tmp_path, tiny_overrides, monkeypatch):
@@ -275,10 +281,7 @@ def test_an_unwritable_run_directory_stops_the_run_with_the_reason(tmp_path, tin
         return real(src, dst, *args, **kwargs)
 
     monkeypatch.setattr(rundir.os, "replace", replace)
-    cfg = load_config(None, [*tiny_overrides, "run.checkpoint_every=1"])
-    with pytest.raises(RunStopped, match="Permission denied.*step 1 is intact"):
-        train(cfg, tmp_path / "run")
-    intact(tmp_path / "run", 1)
+    stops_with_step_1_intact(tmp_path / "run", tiny_overrides, "Permission denied")
 
 
 def test_a_failing_metrics_append_stops_the_run_with_the_reason(tmp_path, tiny_overrides, monkeypatch):
@@ -291,10 +294,7 @@ def test_a_failing_metrics_append_stops_the_run_with_the_reason(tmp_path, tiny_o
         return real(self, row)
 
     monkeypatch.setattr(rundir.MetricsLog, "write", write)
-    cfg = load_config(None, [*tiny_overrides, "run.checkpoint_every=1"])
-    with pytest.raises(RunStopped, match="metrics.jsonl could not be appended at step 2.*step 1 is intact"):
-        train(cfg, tmp_path / "run")
-    intact(tmp_path / "run", 1)
+    stops_with_step_1_intact(tmp_path / "run", tiny_overrides, "metrics.jsonl could not be appended at step 2")
 
 
 # -- memory ----------------------------------------------------------------------------------------------------
