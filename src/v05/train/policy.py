@@ -475,9 +475,9 @@ def _from_gguf(config: PolicyConfig, dtype: torch.dtype) -> tuple[PreTrainedMode
                 shutil.rmtree(tmp, ignore_errors=True)  # gone after the rename; a failed write leaves nothing behind
         if not (cache / "config.json").is_file():
             return model.to(dtype), tokenizer
-        # Read back what was cached, as every later load will: the in-memory dequantised model holds equal weights
-        # but trained a first step differently in the last float bits (same values, other allocations), so a first
-        # run and its resumed or repeated twin would not be bit-identical.
+        # Read back what was cached, as every later load will: the in-memory dequantised model trained a first step
+        # differently in the last float bits (its weights, strides, buffers and config compare equal; the cause is not
+        # pinned down), so a first run and its resumed or repeated twin were not bit-identical.
         del model
     cached = dataclasses.replace(config, name_or_path=str(cache), gguf_file=None)
     return _from_pretrained(cached, dtype)
