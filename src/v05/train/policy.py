@@ -458,22 +458,7 @@ def _from_gguf(config: PolicyConfig, dtype: torch.dtype) -> tuple[PreTrainedMode
         model.hf_quantizer = None  # its weights are dequantised floats: save them as a plain checkpoint
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
-        tmp = None
-        try:
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            tmp = Path(tempfile.mkdtemp(prefix=f".{cache.name}-", dir=cache.parent))
-            with disk_errors(tmp):
-                model.save_pretrained(tmp, safe_serialization=True)
-                tokenizer.save_pretrained(tmp)
-            tmp.rename(cache)  # atomic: a cache folder is complete or absent
-        except OSError as err:  # another process wrote it first, a full disk, an unwritable folder
-            if not (cache / "config.json").is_file():
-                logger.warning("policy %s: not cached (%s); training from the file's dequantised weights, and the "
-                               "next load dequantises again", path.name, error_line(err))  # fmt: skip
-        finally:
-            if tmp is not None:
-                shutil.rmtree(tmp, ignore_errors=True)  # gone after the rename; a failed write leaves nothing behind
-        if not (cache / "config.json").is_file():
+        if not _write_cache(model, tokenizer, cache):
             return model.to(dtype), tokenizer
         # Read back what was cached, as every later load will: the in-memory dequantised model trained a first step
         # differently in the last float bits (its weights, strides, buffers and config compare equal; the cause is not
@@ -481,6 +466,31 @@ def _from_gguf(config: PolicyConfig, dtype: torch.dtype) -> tuple[PreTrainedMode
         del model
     cached = dataclasses.replace(config, name_or_path=str(cache), gguf_file=None)
     return _from_pretrained(cached, dtype)
+
+
+def _write_cache(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, cache: Path) -> bool:
+    """Save the dequantised ``model`` and ``tokenizer`` as the folder ``cache`` (atomically); whether it now exists.
+
+    A failed write (a full disk, an unwritable folder) leaves nothing behind and is a warning, not an error: the
+    model in memory is good. Another process writing the folder first counts as cached.
+    """
+    done = cache / "config.json"
+    tmp = None
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{cache.name}-", dir=cache.parent))
+        with disk_errors(tmp):
+            model.save_pretrained(tmp, safe_serialization=True)
+            tokenizer.save_pretrained(tmp)
+        tmp.rename(cache)  # atomic: a cache folder is complete or absent
+    except OSError as err:
+        if not done.is_file():
+            logger.warning("policy %s: not cached (%s); training from the file's dequantised weights, and the next "
+                           "load dequantises again", cache.name, error_line(err))  # fmt: skip
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)  # gone after the rename
+    return done.is_file()
 
 
 def _with_lora(model: PreTrainedModel, lora: LoraConfig, adapter: str | None = None) -> PreTrainedModel:
