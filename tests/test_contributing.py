@@ -19,7 +19,7 @@ MAX_LINES = 400
 """docs/contributing.md: modules stay under 400 lines (split by concept, never into ``utils.py``)."""
 
 LONG_MODULES: dict[str, str] = {
-    "adapters/trl.py": "the TRL trainer subclass, its batch translation and prior plumbing: the one module on trl",
+    "adapters/trl.py": "the TRL config and trainer subclasses (wrapped private methods, broadcast, checkpoints)",
     "train/config.py": "the trainer's whole config schema (one frozen dataclass per section) and its merge/check",
     "adapters/verl_trainer.py": "verl's V1 trainer mode (priors, OSLA's extra rounds, checkpoint hooks) in one class",
     "engines/vllm.py": "the vLLM engine: the HFEngine contract, weight sync and the log-prob recompute",

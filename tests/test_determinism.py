@@ -64,8 +64,9 @@ def _providers() -> list:
         from v05.priors import PROVIDERS  # noqa: PLC0415 (optional extra)
     except ImportError:
         return []
-    # the probe prior reads a live policy's hidden states: the simulator has none (it raises; train-only)
-    names = [n for n in PROVIDERS if n != "probe"]
+    # a prior that reads a live policy (probe) or draws its rollouts (the oracle bound) is train-only: the simulator
+    # refuses it (its "oracle" is the built-in noisy μ, in PRIORS)
+    names = [n for n, s in PROVIDERS.items() if not s.needs_policy and not s.needs_sampler]
     return [pytest.param(n, marks=pytest.mark.slow) if n in SLOW_PROVIDERS else n for n in names]
 
 

@@ -25,9 +25,10 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("core", ("groups", "rewards", "baselines", "advantages", "allocation", "estimators", "registry")),  # numpy core
     ("leaves", ("datasets", "tasks", "report", "value_probe")),  # V0 data, tasks and verifiers, run readers, probe
     ("priors", ("priors",)),  # prompt-level priors (their heads include value_probe's; they read V0 data)
+    ("round", ("round",)),  # one step's prior → allocation → advantages → prior update, shared by every runner
     ("sim+engines", ("sim", "engines")),  # the simulator (over priors); the rollout engines (torch)
     ("train", ("train",)),  # the CPU/GPU trainer
-    ("adapters", ("adapters",)),  # verl and TRL (verl's trainer mode checkpoints with train.state), the TRL benches
+    ("adapters", ("adapters",)),  # verl and TRL (on the round, as the trainer), the TRL benches
     ("grid", ("grid",)),  # the results grid (`v05 bench matrix`): trains cells with the trainer, renders the pages
     ("entry", ("bench", "cli", "__main__", "")),  # entry points; "" is the package ``v05/__init__.py``
 )

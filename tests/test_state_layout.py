@@ -19,7 +19,7 @@ from v05.allocation import allocate
 from v05.estimators.poise_baseline import cross_rollout_targets
 from v05.priors import make_provider
 from v05.registry import estimate, get_allocator
-from v05.train.state import state_from_json, state_to_json
+from v05.round import state_from_json, state_to_json
 from v05.value_probe import GroupBuffer, PoiseProbe
 
 

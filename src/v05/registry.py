@@ -15,13 +15,15 @@ import numpy as np
 
 from v05._checks import RewardRange, as_real
 from v05.allocation import Allocator, DynamicSampling, Fixed
-from v05.allocation.dps import DPS
-from v05.allocation.greso import GRESO
+from v05.allocation.dps import DPS, DpsState
+from v05.allocation.greso import GRESO, GresoState
 from v05.allocation.osla import OSLA
+from v05.allocation.posterior import BetaHistory
 from v05.allocation.sara import SARA
 from v05.allocation.select import PriorSelect
 from v05.estimators import (
     Estimate,
+    PriorErrorState,
     dbb,
     drgrpo,
     grpo,
@@ -56,6 +58,8 @@ class EstimatorSpec:
             ``"given_state"``: that plus a state carried in from earlier steps, exact given the state once it holds
             the estimator's ``min_groups`` groups (``exact_given_state``; it must have a ``min_groups`` option);
             None: other groups of the batch or a per-prompt history too (sampled, ``monte_carlo``).
+        state_type: the class of its state when ``stateful`` (a frozen value with ``to_dict``/``from_dict``): the one
+            place a stateful estimator registers it, so checkpoints can write it (:func:`v05.round.state_to_json`).
     """
 
     fn: Callable[..., Estimate]
@@ -66,6 +70,7 @@ class EstimatorSpec:
     needs_values: bool = False
     single_rollout: bool = False
     exact_in_sim: Literal["group", "given_state"] | None = None
+    state_type: type | None = None
 
     @property
     def options(self) -> tuple[str, ...]:
@@ -140,9 +145,10 @@ ESTIMATORS: dict[str, EstimatorSpec] = {
     "rloo": EstimatorSpec(rloo, exact_in_sim="group"),
     "reinforce_pp": EstimatorSpec(reinforce_pp, single_rollout=True),
     "reinforce_pp_baseline": EstimatorSpec(reinforce_pp_baseline, exact_in_sim="group"),
-    "dbb": EstimatorSpec(dbb, stateful=True, keyed=True, single_rollout=True),
+    "dbb": EstimatorSpec(dbb, stateful=True, keyed=True, single_rollout=True, state_type=BetaHistory),
     "v05": EstimatorSpec(v05, uses_prior=True, single_rollout=True, exact_in_sim="group"),
-    "v05_eb": EstimatorSpec(v05_eb, uses_prior=True, stateful=True, single_rollout=True, exact_in_sim="given_state"),
+    "v05_eb": EstimatorSpec(v05_eb, uses_prior=True, stateful=True, single_rollout=True, exact_in_sim="given_state",
+                            state_type=PriorErrorState),
     "oracle": EstimatorSpec(oracle, needs_truth=True, single_rollout=True, exact_in_sim="group"),
     "poise": EstimatorSpec(poise, needs_values=True, single_rollout=True),
 }
@@ -215,22 +221,25 @@ class AllocatorSpec:
             groups that reach the loss are a selection; the simulator gives it a context pool to draw from.
         uses_prior: it reads the prior (OSLA's test, prior_select's ranking) and refuses to run without one, so a
             runner needs a prior provider for it (the trainer's ``prior.name``).
+        state_type: the class of the state it carries from step to step (``Allocation.state``), or None: the one
+            place a stateful allocator registers it, so checkpoints can write it (:func:`v05.round.state_to_json`).
     """
 
     cls: type
     k_option: str
     pool: bool = False
     uses_prior: bool = False
+    state_type: type | None = None
 
 
 ALLOCATORS: dict[str, AllocatorSpec] = {
     "fixed": AllocatorSpec(Fixed, k_option="k"),
     "osla": AllocatorSpec(OSLA, k_option="k_init", uses_prior=True),
     "dynamic_sampling": AllocatorSpec(DynamicSampling, k_option="k", pool=True),
-    "sara": AllocatorSpec(SARA, k_option="group_size", pool=True),
-    "dps": AllocatorSpec(DPS, k_option="k", pool=True),
+    "sara": AllocatorSpec(SARA, k_option="group_size", pool=True, state_type=BetaHistory),
+    "dps": AllocatorSpec(DPS, k_option="k", pool=True, state_type=DpsState),
     "prior_select": AllocatorSpec(PriorSelect, k_option="k", pool=True, uses_prior=True),
-    "greso": AllocatorSpec(GRESO, k_option="k", pool=True),
+    "greso": AllocatorSpec(GRESO, k_option="k", pool=True, state_type=GresoState),
 }
 """Allocator name → spec (its config class and the properties runners read)."""
 

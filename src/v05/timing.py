@@ -2,12 +2,15 @@
 
 Every quoted timing of ``v05 bench`` is a median over interleaved rounds (each round times every contender once, in a
 fixed order), reported with its spread (min–max and interquartile range over the rounds): one disturbed round moves
-the median little, and a drift in machine speed hits every contender of a round alike. numpy only.
+the median little, and a drift in machine speed hits every contender of a round alike. :class:`Phases` splits one
+step's wall time by phase (the trainer's ``time/*`` metrics). numpy only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import contextlib
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -99,4 +102,34 @@ def ratio_spread(rounds: Sequence[Mapping[str, float]], numerator: str, denomina
     return spread([r[numerator] / r[denominator] for r in rounds])
 
 
-__all__ = ["Spread", "interleave", "ratio_spread", "spread"]
+class Phases:
+    """Wall-clock seconds of a step by phase; a phase entered inside another counts as its own, not the outer one's.
+
+    >>> phases = Phases(("update",))
+    >>> with phases("update"):
+    ...     pass
+    >>> sorted(phases.seconds)
+    ['update']
+    """
+
+    def __init__(self, names: Sequence[str] = ()) -> None:
+        """Start every phase of ``names`` at 0 s (a phase not named is added when first entered)."""
+        self.seconds: dict[str, float] = dict.fromkeys(names, 0.0)
+        self._inner: list[float] = []  # per open phase: the seconds its nested phases took
+
+    @contextlib.contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        """Time the block as phase ``name`` (less the nested phases' seconds, which are theirs)."""
+        start = time.perf_counter()
+        self._inner.append(0.0)
+        try:
+            yield
+        finally:
+            elapsed = time.perf_counter() - start
+            nested = self._inner.pop()
+            self.seconds[name] = self.seconds.get(name, 0.0) + elapsed - nested
+            if self._inner:
+                self._inner[-1] += elapsed
+
+
+__all__ = ["Phases", "Spread", "interleave", "ratio_spread", "spread"]

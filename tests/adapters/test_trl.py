@@ -17,18 +17,18 @@ from v05.adapters.trl import (  # noqa: E402
     STATE_FILE,
     V05GRPOConfig,
     V05GRPOTrainer,
-    _group_keys,
     check_trl_version,
     no_checkpointing_args,
-    trl_grpo_rollouts_per_s,
 )
+from v05.adapters.trl_batch import _group_keys  # noqa: E402
+from v05.adapters.trl_harness import trl_grpo_rollouts_per_s  # noqa: E402
 from v05.estimators import PriorErrorState  # noqa: E402
 from v05.priors import group_outcomes, make_provider  # noqa: E402
 from v05.registry import estimate  # noqa: E402
+from v05.round import state_to_json  # noqa: E402
 from v05.tasks.arithmetic import ArithmeticTask  # noqa: E402
 from v05.tasks.base import render_prompt  # noqa: E402
 from v05.train.policy import PolicyConfig, load_policy  # noqa: E402
-from v05.train.state import state_to_json  # noqa: E402
 
 K = 4  # num_generations
 N_PROMPTS = 4  # prompts per step

@@ -26,9 +26,10 @@ pytest.importorskip("trl")
 import torch  # noqa: E402
 
 import v05.adapters.trl as trl_adapter  # noqa: E402
+import v05.round as round_module  # noqa: E402
 from tests.adapters.test_trl import Recording, arithmetic_setup, config, odd_first_char  # noqa: E402
 from v05.priors import make_provider  # noqa: E402
-from v05.train.state import state_to_json  # noqa: E402
+from v05.round import state_to_json  # noqa: E402
 
 PER_RANK = {4: 6, 1: 3}  # rollouts per rank and step by K: at K = 4, 12 a step = 3 groups, the middle one straddling
 # the two ranks; at K = 1, 6 one-rollout groups a step (of the 8 prompts)
@@ -82,7 +83,7 @@ def _rank(rank: int, out_dir: Path, k: int) -> None:
         spies.append(RankSkewedSpy(rank))
         return spies[-1]
 
-    trl_adapter.make_provider = make_spy  # the adapter builds its provider through this name
+    round_module.make_provider = make_spy  # the adapter's round builds its provider through this name
     model, tokenizer, dataset, _, _ = arithmetic_setup()
     args = config(
         out_dir / "trl",

@@ -17,7 +17,7 @@ import pytest
 from v05.allocation import GRESO, GresoState, Pool, allocate
 from v05.allocation.greso import adapt_explore, skip_probability
 from v05.registry import ALLOCATORS, get_allocator
-from v05.train.state import state_from_json, state_to_json
+from v05.round import state_from_json, state_to_json
 
 
 def rows(table: dict[int, list[float]]):

@@ -11,7 +11,7 @@ from v05.estimators import PriorErrorState, dbb, v05, v05_eb
 from v05.estimators.fusion import REVISIT_WINDOW, TAU2_FLOOR, RevisitPairs, prior_error_stats
 from v05.groups import segment_count, segment_mean
 from v05.registry import ESTIMATORS
-from v05.train.state import state_from_json, state_to_json
+from v05.round import state_from_json, state_to_json
 
 
 @given(ragged_batches())

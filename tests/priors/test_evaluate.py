@@ -14,7 +14,7 @@ def data():
 
 @pytest.mark.parametrize(
     "name",
-    [n for n, c in PROVIDERS.items() if not getattr(c, "needs_policy", False) and not hasattr(c, "needs_sampler")],
+    [n for n, s in PROVIDERS.items() if not s.needs_policy and not s.needs_sampler],
 )
 def test_predict_rows_contract(data, name):
     """Every provider returns (R,) scores in [−1, 1] with positive τ² and n0 = σ̄²/τ² for the train rows."""

@@ -92,6 +92,16 @@ def test_learned_provider_needs_v0_population():
         prior_values(parse_prior("running_mean"), pop, rng=np.random.default_rng(0))
 
 
+def test_a_provider_that_reads_a_live_policy_is_refused_when_the_spec_is_parsed():
+    """``probe`` (``needs_policy``) has nothing to fit on V0 rows: parse_prior refuses it at once, listing the
+    learned providers it offers (those of the registry that need neither a policy nor a sampler)."""
+    priors = pytest.importorskip("v05.priors")
+    offered = [n for n, s in priors.PROVIDERS.items() if not s.needs_policy and not s.needs_sampler]
+    assert "running_mean" in offered and "probe" not in offered
+    with pytest.raises(ValueError, match=f"unknown prior 'probe'; .*learned: {', '.join(offered)}$"):
+        parse_prior("probe")
+
+
 def test_missing_priors_module_is_a_clear_error(monkeypatch):
     """Without v05.priors, a provider name is an unknown prior whose message says learned providers are unavailable."""
     import sys

@@ -75,9 +75,9 @@ def run_with_spies(tmp_path, overrides, monkeypatch) -> tuple[list[dict], list[d
     records: list[dict] = []
     rows: list[dict] = []
 
-    def shape_spy(cfg, rewards, rollouts):
+    def shape_spy(overlong, rewards, lengths, **kw):
         records.append({"rewards": np.array(rewards, dtype=np.float64)})
-        return real_shape(cfg, rewards, rollouts)
+        return real_shape(overlong, rewards, lengths, **kw)
 
     def update_spy(*args, **kwargs):
         a = signature.bind(*args, **kwargs).arguments

@@ -4,7 +4,7 @@ before step t's rollouts existed, and OSLA's allocator sees that same prior.
 Spies (installed on every ``v05`` module that holds the real object, so both call-time and module-level imports are
 covered): the provider built by ``make_provider`` (its ``predict``/``update`` calls, the predictions and its state
 before each prediction), ``allocate`` (the prior and n0 the allocator gets, and the ``sample`` calls that produce the
-step's rollouts), the registry's ``estimate`` (the prior and n0 the estimator gets, and the provider's state at that
+step's rollouts), the round's ``advantages`` (the prior and n0 the estimator gets, and the provider's state at that
 moment) and ``PromptQueue.take`` (the start of a step). The counterfactual "as if step t's rewards did not exist" is a
 second provider rebuilt from the state saved before step t's prediction: it never saw step t.
 """
@@ -21,6 +21,7 @@ import v05.allocation
 import v05.priors
 import v05.registry
 from v05.rewards import from_pm1
+from v05.round import Round
 from v05.train.config import load_config
 from v05.train.loop import train
 from v05.train.prompts import PromptQueue
@@ -77,7 +78,7 @@ def run_with_spies(tmp_path, overrides, monkeypatch) -> tuple[list, object, dict
     """Train with the spies of the module docstring; return (events, config, the real make_provider)."""
     events: list = []
     spies: list[ProviderSpy] = []
-    real_make, real_allocate, real_estimate = v05.priors.make_provider, v05.allocation.allocate, v05.registry.estimate
+    real_make, real_allocate, real_advantages = v05.priors.make_provider, v05.allocation.allocate, Round.advantages
     real_take = PromptQueue.take
 
     def make_spy(name, **options):
@@ -94,9 +95,11 @@ def run_with_spies(tmp_path, overrides, monkeypatch) -> tuple[list, object, dict
         events.append(("allocate", {"prior": kw.get("prior"), "n0": kw.get("n0"), "kept_pool": alloc.loss_batch()[2]}))
         return alloc
 
-    def estimate_spy(estimator, rewards, group, **kw):
-        events.append(("estimate", {"prior": kw.get("prior"), "n0": kw.get("n0"), "state": _state(spies[0]._inner)}))
-        return real_estimate(estimator, rewards, group, **kw)
+    def advantages_spy(rnd, rewards, group, **kw):
+        prior = kw.get("prior")
+        given = {"prior": None, "n0": None} if prior is None else {"prior": prior.value, "n0": prior.n0_fed}
+        events.append(("estimate", {**given, "state": _state(spies[0]._inner)}))
+        return real_advantages(rnd, rewards, group, **kw)
 
     def take_spy(queue, k):
         events.append(("take", {}))
@@ -104,7 +107,7 @@ def run_with_spies(tmp_path, overrides, monkeypatch) -> tuple[list, object, dict
 
     patch_everywhere(monkeypatch, v05.priors, "make_provider", make_spy)
     patch_everywhere(monkeypatch, v05.allocation, "allocate", allocate_spy)
-    patch_everywhere(monkeypatch, v05.registry, "estimate", estimate_spy)
+    monkeypatch.setattr(Round, "advantages", advantages_spy)
     monkeypatch.setattr(PromptQueue, "take", take_spy)
     cfg = load_config(None, overrides)
     train(cfg, tmp_path / "run")

@@ -124,6 +124,8 @@ def test_make_value_method_follows_the_estimator_spec_and_carries_estimator_stat
     (``poise``) the probe, any other registered one runs as it is; each has every ValueMethod hook. A registered
     estimator's state (v05_eb's prior-error window) is carried from step to step and round-trips through
     save/load: a restored method computes the next step exactly as the live one."""
+    from v05.round import Prior
+    from v05.train.loop import make_round
     from v05.train.policy import PolicyConfig, load_policy
     from v05.train.value import CriticMethod, EstimatorMethod, PoiseMethod, StepBatch, make_value_method
 
@@ -132,7 +134,8 @@ def test_make_value_method_follows_the_estimator_spec_and_carries_estimator_stat
     kinds = {"grpo": ([], EstimatorMethod), "v05_eb": (eb, EstimatorMethod), "poise": (POISE, PoiseMethod),
              "gae": (PPO, CriticMethod)}  # fmt: skip
     for name, (over, kind) in kinds.items():
-        method = make_value_method(load_config(None, over), model, tok)
+        cfg = load_config(None, over)
+        method = make_value_method(cfg, model, tok, make_round(cfg))
         assert type(method) is kind, name
         hooks = ("estimate", "joint_loss", "after_update", "save", "load")
         assert all(callable(getattr(method, hook)) for hook in hooks), name
@@ -142,19 +145,18 @@ def test_make_value_method_follows_the_estimator_spec_and_carries_estimator_stat
 
     def batch(step):
         group = np.repeat(np.arange(32), 4)
-        return StepBatch(step, None, np.where(rng.random(128) < 0.5, 1.0, -1.0), group, np.arange(32),
-                         prior=rng.uniform(-1, 1, 32), n0=np.full(32, 4.0))  # fmt: skip
+        prior = Prior(rng.uniform(-1, 1, 32), np.full(32, 4.0), "pm1")
+        return StepBatch(step, None, np.where(rng.random(128) < 0.5, 1.0, -1.0), group, np.arange(32), prior=prior)
 
-    live = EstimatorMethod(cfg)
-    assert live.state is None
+    live = EstimatorMethod(make_round(cfg))
+    assert live.round.estimator_state is None
     out = live.estimate(batch(1), ComputeMeter())
-    assert live.state is not None and live.state.n_groups == 32 and out.value_g is not None
-    tensors, state = {}, {}
-    live.save(tensors, state)
-    assert set(state) == {"estimator"} and not tensors
-    restored = EstimatorMethod(cfg)
-    restored.load(tensors, copy.deepcopy(state))
+    assert live.round.estimator_state.n_groups == 32 and out.value_g is not None
+    state = copy.deepcopy(live.round.state_dict())  # the estimator's state is the round's (checkpointed with it)
+    assert state["estimator"]["type"] == "PriorErrorState"
+    restored = EstimatorMethod(make_round(cfg))
+    restored.round.load_state_dict(state)
     nxt = batch(2)
     np.testing.assert_array_equal(live.estimate(nxt, ComputeMeter()).advantages,
                                   restored.estimate(nxt, ComputeMeter()).advantages)  # fmt: skip
-    assert live.state.n_groups == restored.state.n_groups == 64
+    assert live.round.estimator_state.n_groups == restored.round.estimator_state.n_groups == 64

@@ -7,7 +7,7 @@ spread); and v05's overhead — prior, allocator and estimator time (embeddings 
 for GRPO and for the V0.5 configs.
 
 It sits at the adapters' level, beside :mod:`v05.adapters.trl_parity`: it drives the trainer (:mod:`v05.train`) and
-TRL's side (:mod:`v05.adapters.trl`); its parser is :mod:`v05.adapters.cli`'s.
+TRL's side (:mod:`v05.adapters.trl_harness`); its parser is :mod:`v05.adapters.cli`'s.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from v05.adapters.trl import trl_grpo_rollouts_per_s
+from v05.adapters.trl_harness import trl_grpo_rollouts_per_s
 from v05.tasks import make_task
 from v05.timing import Spread, interleave, spread
 from v05.train.config import load_config

@@ -46,7 +46,7 @@ from typing import Any
 from tqdm.auto import tqdm
 from transformers import TrainerCallback
 
-from v05.adapters.trl import trl_trainer
+from v05.adapters.trl_harness import trl_trainer
 from v05.hardware import hardware_label
 from v05.report.runs import (
     EVAL_KEY,

@@ -34,8 +34,9 @@ from v05._types import FloatArray, IntArray
 from v05.estimators import Estimate
 from v05.groups import group_index
 from v05.priors import PROVIDERS
-from v05.registry import CONTEXT_OPTIONS, ESTIMATORS, estimate, get_estimator
+from v05.registry import CONTEXT_OPTIONS, ESTIMATORS, get_estimator
 from v05.rewards import from_pass_rate, from_pm1
+from v05.round import Prior, Round
 
 logger = logging.getLogger(__name__)
 
@@ -114,7 +115,7 @@ class VerlConfig:
             raise ValueError(
                 f"unknown algorithm.v05.provider {self.provider!r}; valid: {', '.join(PROVIDERS)}, or null"
             )
-        if self.provider is not None and getattr(PROVIDERS[self.provider], "needs_sampler", False):
+        if self.provider is not None and PROVIDERS[self.provider].needs_sampler:
             raise ValueError(
                 f"algorithm.v05.provider={self.provider!r} is a simulation-only bound whose extra rollouts only v05 "
                 "train draws; use a learned prior (running_mean, history, v0, combined)"
@@ -285,12 +286,16 @@ class VerlEstimator:
 
     verl calls it as ``fn(token_level_rewards=(bs, L), response_mask=(bs, L), index=(bs,) uids, config=algorithm,
     ...)`` and gets ``(advantages, returns)``, both ``A_i · response_mask`` in the rewards' dtype. The math is
-    ``v05.registry.estimate`` on the real rollouts; this class only translates.
+    :meth:`v05.round.Round.advantages` on the real rollouts (the round v05's trainer and the TRL adapter call); this
+    class only translates.
 
     Attributes:
         name: the verl name (``v05``, ``v05_eb``, ``v05_grpo``, ...).
         estimator: the v05 estimator name.
-        state_: the estimator state carried across steps (``v05_eb``: ``PriorErrorState``; ``dbb``: ``BetaHistory``).
+        round: the :class:`~v05.round.Round` whose estimator runs (built from ``algorithm.v05`` on the first call; the
+            ``v05`` trainer mode hands in its own, with the provider and OSLA).
+        state_: the estimator state the round carries across steps (``v05_eb``: ``PriorErrorState``; ``dbb``:
+            ``BetaHistory``).
         last_: the latest call as a :class:`VerlStep` (for metrics), or None.
     """
 
@@ -299,7 +304,7 @@ class VerlEstimator:
         self.spec = get_estimator(estimator)
         self.estimator = estimator
         self.name = verl_name(estimator)
-        self.state_: object | None = None
+        self.round: Round | None = None
         self.last_: VerlStep | None = None
         self._binding: _Binding | None = None
         self._warned_scale = False
@@ -307,9 +312,32 @@ class VerlEstimator:
     def __repr__(self) -> str:
         return f"VerlEstimator({self.estimator!r})"
 
+    @property
+    def state_(self) -> Any:
+        """The estimator state carried across steps (None before the first call, and for stateless estimators)."""
+        return None if self.round is None else self.round.estimator_state
+
+    @state_.setter
+    def state_(self, state: Any) -> None:
+        if self.round is None:
+            self.round = Round(self.estimator)
+        self.round.estimator_state = state
+
     def reset(self) -> None:
-        """Forget the carried state and the latest step (a new training run)."""
-        self.state_, self.last_ = None, None
+        """Forget the round (its carried state) and the latest step (a new training run)."""
+        self.round, self.last_ = None, None
+
+    def round_for(self, config: VerlConfig) -> Round:
+        """The round this call runs on: the current one if ``config`` built it, else a new one (its state kept)."""
+        rnd = self.round
+        if rnd is None or (rnd.options, rnd.reward_range, rnd.feed_n0) != (config.options, config.reward_range,
+                                                                          config.feed_n0):  # fmt: skip
+            state = None if rnd is None else rnd.estimator_state
+            rnd = Round(self.estimator, options=config.options, reward_range=config.reward_range,
+                        feed_n0=config.feed_n0)  # fmt: skip
+            rnd.estimator_state = state
+            self.round = rnd
+        return rnd
 
     @contextlib.contextmanager
     def bind(
@@ -426,11 +454,9 @@ class VerlEstimator:
                     f"{self.name} keeps a per-prompt history: every prompt needs a stable key in extra_info "
                     f"({KEY_FIELD!r} or {cfg.key_field!r}); trainer.v1.trainer_mode={TRAINER_MODE} writes one"
                 )
-        options = self.spec.bind(cfg.options, prior=prior, n0=n0 if cfg.feed_n0 else None, state=self.state_,
-                                 prompt_ids=keys, step=step)  # fmt: skip
-        est = estimate(self.estimator, rewards, group, reward_range=cfg.reward_range, **options)
-        if self.spec.stateful:
-            self.state_ = est.state
+        rnd = self.round_for(cfg)
+        given = None if prior is None else Prior(prior, n0, cfg.reward_range, rnd.feed_n0)
+        est = rnd.advantages(rewards, group, prior=given, keys=keys, step=step)
         return VerlStep(rewards, group, group_uids, keys, prior, est, cfg.reward_range, 0)
 
     def _check_rewards(self, rewards: FloatArray, reward_range: RewardRange) -> None:

@@ -71,15 +71,15 @@ from v05.adapters.verl_estimators import (
     prompt_rows,
     trajectory_owner,
 )
-from v05.allocation import OSLA, Allocation, allocate
+from v05.allocation import OSLA, Allocation
 from v05.estimators import PriorErrorState
 from v05.groups import segment_count
-from v05.priors import Calibration, calibrate, group_outcomes, make_provider
+from v05.priors import Calibration, calibrate, get_provider_spec
 from v05.priors.guard import PriorGuard
 from v05.registry import get_allocator
 from v05.rewards import to_pass_rate, to_pm1
+from v05.round import Prior, Round
 from v05.tasks.base import prompt_key
-from v05.train.state import state_from_json, state_to_json
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -92,7 +92,6 @@ STATE_FILE = "v05_state.json"
 """Written beside verl's checkpoint in ``global_step_<n>/``: estimator state and provider state (JSON)."""
 EXTRA_ROUND_RETRIES = 2
 """How often OSLA redraws the failed sessions of one extra round before the step stops."""
-_ID_ONLY_PROVIDERS = ("running_mean", "domain_mean", "history")  # providers that read prompt keys, never the text
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,9 +141,11 @@ class V05TrainerMixin:
     Attributes:
         v05_config: the parsed ``algorithm.v05`` node.
         v05_estimator: the registered estimator (its ``state_`` is carried across steps and checkpointed).
-        v05_provider: the prior provider, or None (then priors come from the dataset's ``extra_info``).
+        v05_round: the :class:`~v05.round.Round` of the run (shared with ``v05_estimator``): the provider, its guard,
+            OSLA (built once) and the estimator state.
+        v05_provider: the round's prior provider, or None (then priors come from the dataset's ``extra_info``).
         v05_prior_guard: the :class:`~v05.priors.guard.PriorGuard` around ``v05_provider`` (None without one).
-        v05_allocator: the OSLA config, or None for ``allocator: fixed``.
+        v05_allocator: the round's OSLA, or None for ``allocator: fixed``.
         v05_last_allocation: the latest step's ``v05.allocation.Allocation`` (OSLA), or None.
     """
 
@@ -156,19 +157,34 @@ class V05TrainerMixin:
         """
         self.v05_config = VerlConfig.from_algorithm(config.algorithm)
         self.v05_estimator: VerlEstimator = estimator_for(config.algorithm.adv_estimator)
-        self.v05_allocator: OSLA | None = None
-        if self.v05_config.allocator == "osla":
-            self.v05_allocator = get_allocator("osla", **self.v05_config.allocator_options)  # type: ignore[assignment]
-        _check_config(config, self.v05_allocator, self.v05_estimator)
         cfg = self.v05_config
-        self.v05_provider = None if cfg.provider is None else make_provider(cfg.provider, **cfg.provider_options)
-        self.v05_prior_guard = None if self.v05_provider is None else PriorGuard()
+        osla = get_allocator("osla", **cfg.allocator_options) if cfg.allocator == "osla" else None
+        _check_config(config, osla, self.v05_estimator)  # type: ignore[arg-type]
+        self.v05_round = Round(self.v05_estimator.estimator, options=cfg.options, reward_range=cfg.reward_range,
+                               prior=cfg.provider, prior_options=cfg.provider_options, feed_n0=cfg.feed_n0,
+                               allocator=osla)  # fmt: skip
         self._v05_prior_fallbacks = 0  # prompts of this step the guard's running mean predicted
         self.v05_last_allocation: Allocation | None = None
         self._v05_prompts: dict[str, _Prompt] = {}
         self._v05_counts = {"dropped_prompts": 0, "retried_rollouts": 0}  # OSLA's failure handling, this step
         self.v05_estimator.reset()
+        self.v05_estimator.round = self.v05_round  # one round: the advantage step's estimator state is the run's
         super().__init__(config)  # type: ignore[call-arg]
+
+    @property
+    def v05_provider(self) -> Any:
+        """The round's prior provider (None without one)."""
+        return self.v05_round.provider
+
+    @property
+    def v05_prior_guard(self) -> PriorGuard | None:
+        """The round's guard around the provider (None without one)."""
+        return self.v05_round.guard
+
+    @property
+    def v05_allocator(self) -> OSLA | None:
+        """The round's OSLA (None for ``allocator: fixed``)."""
+        return self.v05_round.allocator  # type: ignore[return-value]
 
     @property
     def trainer_mode(self) -> str:
@@ -198,10 +214,10 @@ class V05TrainerMixin:
             own = info.get(cfg.key_field)
             info[KEY_FIELD] = prompt_key("sha1", chat) if own is None else str(own)
         texts = _problem_texts(infos, chats, cfg)
-        if self.v05_provider is not None and self.v05_prior_guard is not None:
-            pred, n_fallback = self.v05_prior_guard.predict(self.v05_provider, [i[KEY_FIELD] for i in infos], texts)
-            self._v05_prior_fallbacks += n_fallback
-            for info, v, n0 in zip(infos, pred.mean, pred.n0, strict=True):
+        prior = self.v05_round.predict([i[KEY_FIELD] for i in infos], texts)
+        if prior is not None and prior.score is not None:  # extra_info stores the provider's V (dataset format)
+            self._v05_prior_fallbacks += prior.fallbacks
+            for info, v, n0 in zip(infos, prior.score, prior.n0, strict=True):
                 info[cfg.prior_key] = float(to_pass_rate(v, "pm1")) if cfg.prior_scale == "pass_rate" else float(v)
                 info[f"{cfg.prior_key}_n0"] = float(n0)
         tu.assign_non_tensor_stack(batch, "extra_info", infos)
@@ -228,7 +244,9 @@ class V05TrainerMixin:
                 f"osla needs a prior for every prompt; {missing} of {len(pool)} have no "
                 f"extra_info[{self.v05_config.prior_key!r}] (set +algorithm.v05.provider or add it to the dataset)"
             )
-        n0 = None if any(p.n0 is None for p in pool) else [p.n0 for p in pool]
+        n0 = None if any(p.n0 is None for p in pool) else np.asarray([p.n0 for p in pool], np.float64)
+        value = np.asarray([p.prior for p in pool], np.float64)  # (P,) as the rollouts' extra_info carries it
+        prior = Prior(value, n0, self.v05_config.reward_range, self.v05_round.feed_n0)
         metas: list[KVBatchMeta] = []
 
         def sample(ids: IntArray, counts: IntArray) -> FloatArray:
@@ -242,16 +260,10 @@ class V05TrainerMixin:
                     raise RuntimeError(f"osla asked {c} rollouts of prompt {pool[i].key!r}, got {len(got[int(i)])}")
             return np.concatenate([np.asarray(got[int(i)], np.float64) for i in ids])
 
-        self.v05_last_allocation = allocate(
-            self.v05_allocator,  # type: ignore[arg-type]
-            sample,
-            n_prompts=len(pool),
-            rng=np.random.default_rng(global_steps),
-            prior=[p.prior for p in pool],
-            n0=n0,
+        self.v05_last_allocation = self.v05_round.allocate(
+            sample, n_prompts=len(pool), rng=np.random.default_rng(global_steps), prior=prior,
             keys=[p.key for p in pool],
-            reward_range=self.v05_config.reward_range,
-        )
+        )  # fmt: skip
         return _concat_metas(metas, batch)
 
     def _v05_drop_failed(self, batch: KVBatchMeta, global_steps: int) -> tuple[KVBatchMeta, dict[str, list[float]]]:
@@ -364,14 +376,13 @@ class V05TrainerMixin:
         prompts = [self._v05_prompts.pop(str(u), None) for u in step.group_uids]
         for uid in [u for u, p in self._v05_prompts.items() if p.step < self.global_steps]:
             del self._v05_prompts[uid]  # prompts of earlier steps that never reached the loss (e.g. DAPO-evicted)
-        if self.v05_provider is None or self.v05_prior_guard is None:
+        if self.v05_provider is None:
             return None
         if any(p is None for p in prompts):
             raise RuntimeError("a prompt of this step was not attached by the v05 trainer (no text for the provider)")
-        scores, counts = group_outcomes(step.rewards, step.group, reward_range=step.reward_range)
         keys, texts = [p.key for p in prompts], [p.text for p in prompts]  # type: ignore[union-attr]
-        self.v05_prior_guard.update(self.v05_provider, keys, texts, scores, counts, step=int(self.global_steps))
-        return self.v05_provider.calibration()
+        self.v05_round.learn(keys, texts, step.rewards, step.group, step=int(self.global_steps))
+        return self.v05_round.calibration()
 
     def _save_checkpoint(self) -> None:
         """Write ``v05_state.json`` (and its copy under ``default_hdfs_dir``), then verl's checkpoint and marker.
@@ -384,11 +395,12 @@ class V05TrainerMixin:
 
         name = f"global_step_{self.global_steps}"
         folder = os.path.join(self.config.trainer.default_local_dir, name)
+        own = self.v05_round.state_dict()
         state = {
             "estimator": self.v05_estimator.name,
-            "state": state_to_json(self.v05_estimator.state_),
-            "provider": None if self.v05_provider is None else self.v05_provider.state_dict(),
-            "prior_guard": None if self.v05_prior_guard is None else self.v05_prior_guard.state_dict(),
+            "state": own["estimator"],
+            "provider": own["provider"],
+            "prior_guard": own["prior_guard"],
         }
         path = _write_json_atomic(folder, STATE_FILE, state)
         remote = self.config.trainer.get("default_hdfs_dir")
@@ -421,13 +433,8 @@ class V05TrainerMixin:
             )
         with open(path) as fh:
             state = json.load(fh)
-        self.v05_estimator.state_ = state_from_json(state["state"])
-        if self.v05_provider is not None and state["provider"] is not None:
-            self.v05_provider.load_state_dict(state["provider"])
-        if self.v05_provider is not None:  # a state written before the guard existed resumes with a fresh one
-            self.v05_prior_guard = PriorGuard()
-            if state.get("prior_guard") is not None:
-                self.v05_prior_guard.load_state_dict(state["prior_guard"])
+        self.v05_round.load_state_dict({"estimator": state["state"], "provider": state["provider"],
+                                        "prior_guard": state.get("prior_guard")})  # fmt: skip
 
 
 def _write_json_atomic(folder: str, name: str, payload: object) -> str:
@@ -586,13 +593,15 @@ def _session_rewards(meta: KVBatchMeta) -> dict[str, list[float]]:
 def _problem_texts(infos: list[dict[str, Any]], chats: list[str], config: VerlConfig) -> list[str]:
     """Each prompt's bare problem text ``extra_info[text_field]`` for the provider (module docstring).
 
-    Rows without one get their chat text, unless the provider reads texts (``v0``, ``combined``): then it raises,
-    since V0 embeds problem texts and the chat template around them would shift every prediction.
+    Rows without one get their chat text, unless the provider reads texts (its spec's ``reads_text``: ``v0``,
+    ``combined``; or ``needs_policy``): then it raises, since V0 embeds problem texts and the chat template around
+    them would shift every prediction. Providers that read prompt keys only (``running_mean``, ...) never raise.
     """
     field = config.text_field
     texts = [info.get(field) if isinstance(info.get(field), str) else None for info in infos]
     missing = sum(t is None for t in texts)
-    if missing and config.provider is not None and config.provider not in _ID_ONLY_PROVIDERS:
+    spec = None if config.provider is None else get_provider_spec(config.provider)
+    if missing and spec is not None and (spec.reads_text or spec.needs_policy):  # not an id-only provider
         raise ValueError(
             f"the {config.provider!r} prior reads each prompt's bare problem text, but {missing} of {len(infos)} "
             f"prompts have no extra_info[{field!r}]: add it to the dataset (examples/verl/add_problem_text.py for "

@@ -7,6 +7,7 @@ finish`` methods over an explicit round state; state that persists across steps 
 value passed in and returned (``Allocation.state``).
 
 Protocol (``S`` is the allocator's own frozen round state):
+    candidate_pool(batch_size) -> int   candidate prompts a runner draws for a loss batch of ``batch_size``
     init(pool: Pool, state) -> S        before the first round
     ask(s: S) -> counts (P,) int        rollouts to draw now per pool prompt; all zero ends the step
     tell(s: S, draw: Draw) -> S         the rewards of the last draw
@@ -91,7 +92,13 @@ class Finish:
 
 
 class Allocator(Protocol):
-    """A rollout allocator (see the module docstring for the protocol)."""
+    """A rollout allocator (see the module docstring for the protocol).
+
+    ``candidate_pool(batch_size)`` is how many candidate prompts a runner draws for a step whose loss takes
+    ``batch_size`` prompts (the batch itself for ``fixed`` and ``osla``, a multiple for the selecting allocators).
+    """
+
+    def candidate_pool(self, batch_size: int) -> int: ...  # noqa: D102
 
     def init(self, pool: Pool, state: Any) -> Any: ...  # noqa: D102
 

@@ -22,19 +22,21 @@ from v05.priors.evaluate import (
     predict_rows,
     predict_rows_online,
 )
-from v05.priors.registry import PROVIDERS, check_provider_options, make_provider
+from v05.priors.registry import PROVIDERS, ProviderSpec, check_provider_options, get_provider_spec, make_provider
 
 __all__ = [
     "PROVIDERS",
     "Calibration",
     "PriorPrediction",
     "PriorProvider",
+    "ProviderSpec",
     "auc_score",
     "benchmark_throughput",
     "calibrate",
     "check_provider_options",
     "cross_validate_context",
     "evaluate_v0",
+    "get_provider_spec",
     "group_outcomes",
     "make_provider",
     "predict_rows",

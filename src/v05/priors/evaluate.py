@@ -24,7 +24,7 @@ from v05.priors.base import PriorPrediction
 from v05.priors.compose import BaseProvider
 from v05.priors.embeddings import Embedder
 from v05.priors.metrics import eb_fusion_ratio, prior_metrics, reliability_plot
-from v05.priors.registry import EMBEDDING_PROVIDERS, PROVIDERS, make_provider
+from v05.priors.registry import EMBEDDING_PROVIDERS, get_provider_spec, make_provider
 
 EMBEDDING_OPTIONS = frozenset(
     {
@@ -94,7 +94,7 @@ def _predict_snapshots(dataset: V0Dataset, prov: BaseProvider, rows: V0Rows) -> 
 
 def _check_offline(provider: str) -> None:
     """Refuse a provider that cannot learn from (prompt, score) data: the ``oracle`` bound draws live rollouts."""
-    if getattr(PROVIDERS.get(provider), "needs_sampler", False):
+    if get_provider_spec(provider).needs_sampler:
         raise ValueError(
             f"prior {provider!r} measures pass rates with extra rollouts of a live policy (v05 train only): there is "
             "nothing to fit or evaluate on offline data"

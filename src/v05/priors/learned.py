@@ -249,11 +249,11 @@ class ProbeProvider(V0Provider):
     Like ``v0`` it keeps the latest (prompt, score) pairs of the current policy, fits the head on them (re-embedded
     with the current weights), predicts before any rollout, and reports its online calibration (τ², AUC, n0), so
     ``v05_eb`` and OSLA can use the policy's self-estimate as prior. The trainer binds the policy with
-    :meth:`bind_policy` (``prior.name=probe``); the provider cannot embed before that.
+    :meth:`bind_policy` (``prior.name=probe``; its registry spec declares ``needs_policy``,
+    :class:`v05.priors.ProviderSpec`); the provider cannot embed before that.
     """
 
     name = "probe"
-    needs_policy = True  # offline evaluation on V0 data cannot run it (no policy to read)
     backend: str = "policy"
     head: str = "pca_ridge"
 

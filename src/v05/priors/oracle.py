@@ -28,11 +28,12 @@ class OracleProvider(BaseProvider):
 
         p̂ = (s + 1/2)/(m + 1)  from m = ``rollouts`` fresh rollouts of the current policy,   V = 2p̂ − 1
 
-    The extra rollouts are drawn by the trainer (``bind_sampler``) before the step's own, are not trained on and
-    are not counted in the run's rollouts or compute (they are counted in ``oracle_rollouts_``): a simulation-only
-    bound, never a method. Its error is sampling noise only, E[(V − μ)²] ≈ 4·p(1 − p)/(m + 1) (≈ 0.04 at p = 0.3,
-    m = 16) — far below a learned prior's. The Jeffreys-style +1/2 keeps V off ±1 (an all-fail draw of a hard prompt
-    is not certainty). Calibration (n0) is the base machinery's, like every provider's.
+    The extra rollouts are drawn by the trainer (``bind_sampler``; its registry spec declares ``needs_sampler``,
+    :class:`v05.priors.ProviderSpec`) before the step's own, are not trained on and are not counted in the run's
+    rollouts or compute (they are counted in ``oracle_rollouts_``): a simulation-only bound, never a method. Its
+    error is sampling noise only, E[(V − μ)²] ≈ 4·p(1 − p)/(m + 1) (≈ 0.04 at p = 0.3, m = 16) — far below a learned
+    prior's. The Jeffreys-style +1/2 keeps V off ±1 (an all-fail draw of a hard prompt is not certainty).
+    Calibration (n0) is the base machinery's, like every provider's.
 
     Raises:
         RuntimeError: ``predict`` before a sampler is bound (only ``v05 train`` can bind one; TRL and verl cannot).
@@ -40,7 +41,6 @@ class OracleProvider(BaseProvider):
 
     name = "oracle"
     rollouts: int = 16
-    needs_sampler = True
     sampler_: OracleSampler | None = field(default=None, init=False, repr=False)
     oracle_rollouts_: int = field(default=0, init=False)
 

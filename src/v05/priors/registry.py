@@ -1,27 +1,65 @@
-"""The provider registry: one explicit dict, name → factory; unknown names list the valid ones."""
+"""The provider registry: one explicit dict, name → spec (its class and what a runner must give it).
+
+Unknown names list the valid ones. The spec is the only place a provider's needs are declared: runners read them
+through :func:`get_provider_spec`, never from the provider object.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from v05.extras import require_modules
-from v05.names import build
+from v05.names import build, lookup
 from v05.priors.combined import CombinedProvider
 from v05.priors.compose import BaseProvider
 from v05.priors.history import DomainMeanProvider, HistoryProvider, RunningMeanProvider
 from v05.priors.learned import ProbeProvider, V0Provider
 from v05.priors.oracle import OracleProvider
 
-PROVIDERS: dict[str, type[BaseProvider]] = {
-    "running_mean": RunningMeanProvider,
-    "history": HistoryProvider,
-    "v0": V0Provider,
-    "combined": CombinedProvider,
-    "domain_mean": DomainMeanProvider,
-    "probe": ProbeProvider,
-    "oracle": OracleProvider,
-}
-"""Provider name → class (constructed with keyword options)."""
 
-EMBEDDING_PROVIDERS = ("v0", "combined")  # the offline evaluation can embed these (probe needs a policy)
+@dataclass(frozen=True, slots=True)
+class ProviderSpec:
+    """A registered prior provider and what a runner must give it.
+
+    Attributes:
+        cls: its class (a :class:`~v05.priors.compose.BaseProvider`; keyword options = its init fields).
+        needs_policy: it reads the live policy's features (``probe``): the runner binds the policy
+            (``bind_policy``), and the provider reads the rendered prompt, not the bare problem text.
+        needs_sampler: it draws extra rollouts of the current policy (``oracle``, a bound, not a method): only v05's
+            trainer can give it them (``bind_sampler``); TRL and verl refuse it, and the offline evaluation on V0
+            data has nothing to fit it on.
+        reads_text: it embeds each prompt's bare problem text (``v0``, ``combined``), so a runner must supply that
+            text; the others read prompt keys only (``running_mean``, ``domain_mean``, ``history``, ``oracle``),
+            except ``probe``, which reads the policy (``needs_policy``).
+        feeds_n0: its n0 is a pseudo-count in rollouts that an estimator or allocator with an ``n0`` option may
+            take (the runner's ``feed_n0`` switch gates it); True for every provider today.
+    """
+
+    cls: type[BaseProvider]
+    needs_policy: bool = False
+    needs_sampler: bool = False
+    reads_text: bool = False
+    feeds_n0: bool = True
+
+
+PROVIDERS: dict[str, ProviderSpec] = {
+    "running_mean": ProviderSpec(RunningMeanProvider),
+    "history": ProviderSpec(HistoryProvider),
+    "v0": ProviderSpec(V0Provider, reads_text=True),
+    "combined": ProviderSpec(CombinedProvider, reads_text=True),
+    "domain_mean": ProviderSpec(DomainMeanProvider),
+    "probe": ProviderSpec(ProbeProvider, needs_policy=True),
+    "oracle": ProviderSpec(OracleProvider, needs_sampler=True),
+}
+"""Provider name → spec (its class, constructed with keyword options, and the capabilities runners read)."""
+
+EMBEDDING_PROVIDERS = tuple(n for n, s in PROVIDERS.items() if s.reads_text and not s.needs_policy)
+"""Providers the offline evaluation embeds with its own text backend (``v0``, ``combined``; not ``probe``)."""
+
+
+def get_provider_spec(name: str) -> ProviderSpec:
+    """The registered provider ``name``; unknown names list the valid ones."""
+    return lookup(PROVIDERS, name, "prior provider")
 
 
 def make_provider(name: str, **options: object) -> BaseProvider:
@@ -35,7 +73,7 @@ def make_provider(name: str, **options: object) -> BaseProvider:
 
 
 def _build(name: str, options: dict[str, object]) -> BaseProvider:
-    provider = build(PROVIDERS, name, "prior provider", **options)
+    provider = build({n: s.cls for n, s in PROVIDERS.items()}, name, "prior provider", **options)
     require_modules(provider.requires(), f"prior {name!r}")
     return provider
 
@@ -49,4 +87,11 @@ def check_provider_options(name: str, options: dict[str, object]) -> None:
     _build(name, options)
 
 
-__all__ = ["EMBEDDING_PROVIDERS", "PROVIDERS", "check_provider_options", "make_provider"]
+__all__ = [
+    "EMBEDDING_PROVIDERS",
+    "PROVIDERS",
+    "ProviderSpec",
+    "check_provider_options",
+    "get_provider_spec",
+    "make_provider",
+]

@@ -73,12 +73,16 @@ def _float(value: OptionValue | None, text: str, what: str) -> float:
 
 
 def _providers() -> tuple[tuple[str, ...], str]:
-    """Names of the learned providers, and why there are none (empty when available)."""
+    """Names of the learned providers that fit on V0 rows, and why there are none (empty when available).
+
+    Providers that read a live policy (``needs_policy``: ``probe``) or draw its rollouts (``needs_sampler``) have
+    nothing to fit on a population's context rows, so they are not offered here.
+    """
     try:
         from v05.priors import PROVIDERS  # noqa: PLC0415 (lazy: optional, heavier module)
     except ImportError as err:
         return (), f"learned providers unavailable ({err})"
-    return tuple(PROVIDERS), ""
+    return tuple(n for n, s in PROVIDERS.items() if not s.needs_policy and not s.needs_sampler), ""
 
 
 def parse_prior(text: str) -> PriorSpec:

@@ -1,15 +1,34 @@
-"""Saving and restoring a run's full training state (weights, optimizer, scheduler, RNGs, queue, method states)."""
+"""Saving and restoring a run's full training state.
+
+Weights, optimizer, scheduler, RNGs, queue, counters, the round's and the value method's states.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from v05._checks import error_line
+from v05.round import Round
 from v05.train.config import TrainConfig
 from v05.train.rundir import latest_checkpoint, save_checkpoint
-from v05.train.state import Counters, state_to_json
+
+
+@dataclass
+class Counters:
+    """A run's running totals (checkpointed, so a resumed run continues them)."""
+
+    step: int = 0
+    rollouts_total: int = 0
+    tokens_total: int = 0
+    compute_total: int = 0
+    prompts_total: int = 0
+    wall_time: float = 0.0
+    last_eval: float = float("nan")
+    train_last: float = float("nan")
+    verifier_failures: int = 0
 
 
 def save_state(
@@ -22,15 +41,13 @@ def save_state(
     engine: Any,
     queue: Any,
     method: Any,
-    alloc_state: Any,
-    provider: Any,
-    guard: Any = None,
+    rnd: Round,
 ) -> None:
     """Write a checkpoint of the full training state after step ``c.step`` (atomic; see :mod:`v05.train.rundir`).
 
-    The value method (:class:`v05.train.value.ValueMethod`) writes its own state: with the tensors when it holds
-    tensors (PPO's critic), else into state.json (a registered estimator's state, POISE's probe and buffer); the
-    prior guard's (:class:`v05.priors.guard.PriorGuard`) goes into state.json.
+    state.json holds the counters, the queue and the round's states (:meth:`v05.round.Round.state_dict`: allocator,
+    provider, prior guard, estimator); the value method (:class:`v05.train.value.ValueMethod`) writes its own: with
+    the tensors when it holds tensors (PPO's critic), else into state.json (POISE's probe and buffer).
 
     Raises:
         OSError: the checkpoint could not be written (the previous one is left as it was).
@@ -54,9 +71,7 @@ def save_state(
     state = {
         "counters": dataclasses.asdict(c),
         "queue": queue.state_dict(),
-        "allocator": state_to_json(alloc_state),
-        "provider": provider.state_dict() if provider is not None else None,
-        "prior_guard": guard.state_dict() if guard is not None and provider is not None else None,
+        **rnd.state_dict(),
     }
     method.save(tensors, state)
     save_checkpoint(run_dir, c.step, write_policy=write_policy, tensors=tensors, state=state,
@@ -98,4 +113,4 @@ def export_policy(run_dir: Path, model: Any, tokenizer: Any) -> None:
     save_policy(merged_policy(model), tokenizer, run_dir / "final")
 
 
-__all__ = ["checkpoint_step", "export_policy", "restore_state", "save_state"]
+__all__ = ["Counters", "checkpoint_step", "export_policy", "restore_state", "save_state"]

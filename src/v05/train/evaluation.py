@@ -9,11 +9,12 @@ import numpy as np
 
 from v05.engines.hf import HFEngine
 from v05.groups import segment_count, segment_mean
+from v05.priors import get_provider_spec
 from v05.priors.base import auc_score
 from v05.rewards import to_pass_rate
+from v05.train.checkpoint import Counters
 from v05.train.compute import ComputeMeter
 from v05.train.config import TrainConfig
-from v05.train.state import Counters
 
 
 def group_pass_rates(rewards: np.ndarray, group: np.ndarray, reward_range: str) -> np.ndarray:
@@ -113,7 +114,7 @@ def step_metrics(
     if provider is not None:
         cal = provider.calibration()
         row |= {"prior/tau2": cal.tau2, "prior/auc": cal.auc, "prior/n0": cal.n0, "prior/n": cal.n}
-        if getattr(provider, "needs_sampler", False):  # the oracle bound's uncounted extra rollouts so far
+        if get_provider_spec(cfg.prior.name).needs_sampler:  # the oracle bound's uncounted extra rollouts so far
             row["prior/oracle_rollouts"] = provider.oracle_rollouts_
     if value_g is not None and len(rewards):
         row |= value_quality(value_g, group_pass_rates(rewards, group, cfg.train.reward_range))

@@ -1,22 +1,23 @@
-r"""The single-machine RLVR loop, read top to bottom.
+r"""The single-machine RLVR loop, read top to bottom: :func:`setup` builds a :class:`Run`; :func:`train_step` steps.
 
-Per step:
+Per step (:func:`train_step`):
 
     prompts   = queue.take(pool)                          candidate pool (epochs over the finite train set)
-    V, n0     = provider.predict(prompts)                 prior (when configured)
-    alloc     = allocate(allocator, sample, ...)          rounds of rollouts; sample() = generate + verify
-    A         = method.estimate(batch)                    the value method: a registered estimator (its state
-                                                          carried), POISE's probe or PPO's critic
+    prior     = round.predict(prompts)                    V and n0 per prompt (when a prior is configured)
+    alloc     = round.allocate(sample, prior)             the allocator's rounds; sample() = generate + verify
+    A         = method.estimate(batch)                    the value method: the round's registered estimator (its
+                                                          state carried), POISE's probe or PPO's critic
     θ         ← AdamW(∇ clipped-surrogate loss)           ppo_epochs × micro-batches, grad clipping
     method.after_update(...)                              the method learns the step (critic update, probe refit)
-    provider.update(prompts, outcomes)                    the prior learns the step's outcomes
+    round.learn(prompts, outcomes)                        the prior learns the step's outcomes
     metrics.jsonl, TensorBoard, eval every N, checkpoint every M
 
-The loop adds no math of its own: estimators and allocators come from :mod:`v05.registry`, priors from
-:mod:`v05.priors`, the loss from :mod:`v05.train.loss`, and it knows the value method only through the hooks of
-:class:`v05.train.value.ValueMethod`. Reproducibility: the prompt order and every allocator rng are
-pure functions of (seed, step); the rollout engine's RNG state, the weights, the optimizer, the scheduler and every
-estimator/prior/allocator state are checkpointed, so ``resume`` on CPU continues the uninterrupted run exactly.
+The loop adds no math of its own: the prior, the allocation and the estimator's advantages are
+:class:`v05.round.Round`'s (the same round the TRL and verl adapters call), the loss is :mod:`v05.train.loss`'s, and
+it knows the value method only through the hooks of :class:`v05.train.value.ValueMethod`. Reproducibility: the prompt
+order and every allocator rng are pure functions of (seed, step); the rollout engine's RNG state, the weights, the
+optimizer, the scheduler and every estimator/prior/allocator state are checkpointed, so ``resume`` on CPU continues
+the uninterrupted run exactly.
 """
 
 from __future__ import annotations
@@ -36,30 +37,28 @@ from tqdm.auto import tqdm
 
 from v05._checks import error_line
 from v05.engines.hf import HFEngine
-from v05.priors import make_provider
-from v05.priors.guard import PriorGuard
-from v05.registry import get_allocator
+from v05.priors import get_provider_spec
+from v05.registry import ESTIMATORS, get_allocator
+from v05.round import Prior, Round
 from v05.tasks import make_task
-from v05.train.checkpoint import checkpoint_step, export_policy, restore_state, save_state
+from v05.timing import Phases
+from v05.train.checkpoint import Counters, checkpoint_step, export_policy, restore_state, save_state
 from v05.train.compute import ComputeMeter
-from v05.train.config import TrainConfig, config_changes, load_config, to_yaml
+from v05.train.config import AllocatorConfig, LoopConfig, PriorConfig, TrainConfig, config_changes, load_config, to_yaml
 from v05.train.evaluation import evaluate, step_metrics
 from v05.train.features import PolicyFeatureBackend
 from v05.train.policy import load_policy, set_cpu_threads
 from v05.train.prompts import PromptQueue
 from v05.train.rundir import CONFIG, MetricsLog, atomic_write_text, latest_checkpoint, load_checkpoint
 from v05.train.schedule import LRSchedule
-from v05.train.state import Counters, state_from_json
 from v05.train.step import (
     RolloutFailure,
     Sampler,
     check_overlong_buffer,
     concat_rollouts,
-    predict_prior,
-    run_allocation,
+    learn_prior,
     shape_rewards,
     update_policy,
-    update_prior,
 )
 from v05.train.value import StepBatch, ValueMethod, make_value_method
 from v05.train.warmstart import ensure_warm_start, render_all, warm_policy
@@ -144,10 +143,89 @@ class _Stop:
             signal.signal(sig, handler)
 
 
+@dataclass
+class Run:
+    """What a run holds from step to step (built by :func:`setup`; :func:`train_step` advances it by one step).
+
+    Attributes:
+        cfg: the checked config.
+        run_dir: the run directory.
+        task: the task (prompts and verifier).
+        pool: the train prompts; ``texts`` their rendered prompts, ``keys`` (P,) their stable keys and
+            ``prior_texts`` what the prior reads of each (``prior.input``).
+        held_out: the evaluation prompts; ``held_texts`` rendered.
+        model: the policy; ``tokenizer`` its tokenizer; ``engine`` the rollout engine; ``reference`` the frozen KL
+            reference (or None).
+        optimizer: AdamW; ``scheduler`` its learning-rate schedule.
+        round: the step's prior → allocation → advantages → prior update (:class:`v05.round.Round`, with the
+            run's allocator built once).
+        method: the value method (:class:`v05.train.value.ValueMethod`).
+        prior_backend: the ``probe`` prior's policy-feature backend (its token-passes are counted), or None.
+        queue: the prompt order (epochs over the pool).
+        counters: the running totals; ``resumed`` when they came from a checkpoint.
+        pool_size: candidate prompts per step.
+        recompute: the update recomputes old log-probs first (:func:`recompute_old_logp`).
+        metrics: the metrics log; ``started`` the wall clock of step 0 (a resumed run's time included).
+    """
+
+    cfg: TrainConfig
+    run_dir: Path
+    task: Any
+    pool: list
+    texts: list[str]
+    keys: np.ndarray
+    prior_texts: list[str]
+    held_out: list
+    held_texts: list[str]
+    model: Any
+    tokenizer: Any
+    engine: Any
+    reference: Any
+    optimizer: Any
+    scheduler: LRSchedule
+    round: Round
+    method: ValueMethod
+    prior_backend: PolicyFeatureBackend | None
+    queue: PromptQueue
+    counters: Counters
+    resumed: bool
+    pool_size: int
+    recompute: bool
+    metrics: MetricsLog
+    started: float
+    probe_mark: int = 0  # the probe prior's token-passes already counted (its refit lands in the next step)
+
+    def save(self) -> None:
+        """A checkpoint of the full state after the last complete step; RunStopped if it cannot be written."""
+        c = self.counters
+        c.wall_time = time.perf_counter() - self.started
+        try:
+            save_state(self.cfg, self.run_dir, c, self.model, self.optimizer, self.scheduler, self.engine, self.queue,
+                       self.method, self.round)  # fmt: skip
+        except OSError as err:  # a full disk, an unwritable run directory: the previous checkpoint is untouched
+            raise self.stopped(f"the checkpoint of step {c.step} could not be written ({error_line(err)})") from err
+
+    def write(self, row: dict) -> None:
+        """Append a metrics row; RunStopped if it cannot be written."""
+        try:
+            self.metrics.write(row)
+        except OSError as err:
+            step = row["step"]
+            raise self.stopped(f"metrics.jsonl could not be appended at step {step} ({error_line(err)})") from err
+
+    def stopped(self, reason: str) -> RunStopped:
+        """The RunStopped for ``reason``, naming the newest intact checkpoint (logged)."""
+        ckpt_step = checkpoint_step(self.run_dir)
+        kept = f"the checkpoint of step {ckpt_step} is intact" if ckpt_step >= 0 else "no checkpoint was written"
+        logger.error("run stopped: %s; %s", reason, kept)
+        return RunStopped(f"{reason}; {kept}: fix the cause, then --resume", step=self.counters.step,
+                          checkpoint=ckpt_step)  # fmt: skip
+
+
 def train(
     cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, log: Callable[[dict], None] | None = None
 ) -> TrainResult:
-    """Run (or resume) one training run into ``run_dir``.
+    """Run (or resume) one training run into ``run_dir``: :func:`setup`, then :func:`train_step` until done.
 
     Args:
         cfg: the checked config (:func:`v05.train.config.load_config`).
@@ -160,12 +238,165 @@ def train(
             or bad task/model options.
         RunStopped: a fault the run cannot work around (see :class:`RunStopped`); the last complete step is saved.
     """
-    run_dir = Path(run_dir)
+    run = setup(cfg, Path(run_dir), resume)
+    c, stop, bar = run.counters, _Stop(), _progress(cfg, run.counters)
+    stop.install()
+    try:
+        if c.step == 0 and cfg.eval.at_start and not run.resumed:
+            row = {"step": 0, "rollouts_total": 0, "tokens_total": 0, "compute_total": 0,
+                   "train_pass_rate": float("nan"), "wall_time": 0.0, **_evaluate(run)}  # fmt: skip
+            run.write(row)
+        while not _done(cfg.train, c):
+            row = train_step(run)
+            run.write(row)
+            if log is not None:
+                log(row)
+            _advance(bar, c)
+            every = cfg.run.checkpoint_every
+            if stop.requested or _done(cfg.train, c) or (every and c.step % every == 0):
+                run.save()
+            if stop.requested:
+                return TrainResult(run.run_dir, c.step, c.rollouts_total, c.last_eval, interrupted=True)
+        if latest_checkpoint(run.run_dir) is None or checkpoint_step(run.run_dir) != c.step:
+            run.save()
+        export_policy(run.run_dir, run.model, run.tokenizer)
+        return TrainResult(run.run_dir, c.step, c.rollouts_total, c.last_eval)
+    finally:
+        stop.restore()
+        run.metrics.close()
+        if bar is not None:
+            bar.close()
+
+
+def train_step(run: Run) -> dict[str, Any]:
+    """One step (module docstring), its metrics row returned; RunStopped on a fault it cannot work around."""
+    cfg, c, rnd = run.cfg, run.counters, run.round
+    t_step, step = time.perf_counter(), c.step + 1
+    phases, compute = Phases(("generate", "verify", "prior", "estimate", "update")), ComputeMeter()
+
+    # 1. the step's candidate prompts and their prior
+    queue_before = run.queue.state_dict()  # put back if the step cannot be taken
+    idx = run.queue.take(run.pool_size)
+    keys, prior_texts = run.keys[idx], [run.prior_texts[i] for i in idx]
+    with phases("prior"):
+        prior = rnd.predict(keys, prior_texts)
+
+    # 2. rollouts: the allocator's rounds, each one generate + verify (engine faults retried)
+    sample = Sampler(run.engine, run.task, run.pool, run.texts, idx, phases, cfg.train.reward_range,
+                     retries=cfg.run.generate_retries, backoff_s=cfg.run.retry_backoff_s)  # fmt: skip
+    with phases("estimate"):  # the allocator's and the estimator's own time (generate and verify are theirs)
+        alloc = _allocate(run, step, sample, prior, keys, queue_before)
+        rollouts_all = concat_rollouts(sample.draws, run.tokenizer)
+        compute.forward("generate", rollouts_all.prompt_mask, rollouts_all.response_mask)
+        rewards, group, kept_pool = alloc.loss_batch()  # (N,), (N,), (G,) kept rollouts in draw order
+
+        # 3. advantages: the value method's (a registered estimator, POISE's probe or the critic)
+        out = None
+        if len(rewards):
+            kept = rollouts_all.select(alloc.kept[alloc.prompt])
+            shaped = shape_rewards(cfg.train.overlong, rewards, kept.lengths, max_len=cfg.generation.max_new_tokens,
+                                   reward_range=cfg.train.reward_range)  # fmt: skip
+            batch = StepBatch(step, kept, shaped, group, keys[kept_pool],
+                              prior=None if prior is None else prior.take(kept_pool))  # fmt: skip
+            out = run.method.estimate(batch, compute)
+
+    # 4. the policy update (ppo_epochs × micro-batches); then the method learns the step
+    with phases("update"):
+        upd = {} if out is None else _update_policy(run, step, out, group, alloc.n_rollouts, compute)
+
+    # 5. the prior learns this step's outcomes (every sampled prompt, kept or not)
+    with phases("prior"):
+        if alloc.n_rollouts:
+            learn_prior(rnd, alloc, keys, prior_texts, step)
+
+    # 6. bookkeeping and the row (eval when due)
+    rollouts_before = c.rollouts_total
+    _count(run, step, alloc, sample, rollouts_all, compute)
+    row = step_metrics(cfg, c, alloc, rewards, group, None if out is None else out.estimate,
+                       upd | ({} if out is None else out.metrics), sample.scores, rollouts_all, rnd.provider,
+                       phases.seconds, value_g=None if out is None else out.value_g, compute=compute)  # fmt: skip
+    row |= {"time/step": time.perf_counter() - t_step, "engine_retries": sample.retried}
+    if prior is not None:
+        row |= {"prior_fallbacks": prior.fallbacks, "prior_fallbacks_total": rnd.guard.fallbacks,
+                "prior_update_errors_total": rnd.guard.update_errors}  # fmt: skip
+    if _eval_due(cfg, c, rollouts_before):
+        row |= _evaluate(run)
+    return row
+
+
+def _allocate(run: Run, step: int, sample: Sampler, prior: Prior | None, keys: np.ndarray, queue_before: dict) -> Any:
+    """The round's allocation over the candidates; the unreached ones go back to the queue.
+
+    A rollout engine that fails every retry stops the run: the queue is put back, the last complete step is
+    checkpointed (if it was not), and RunStopped is raised.
+    """
+    cfg = run.cfg
+    try:
+        alloc = run.round.allocate(sample, n_prompts=len(keys), rng=np.random.default_rng([cfg.seed, 23, step]),
+                                   prior=prior, keys=keys)  # fmt: skip
+    except RolloutFailure as err:  # the step is not taken: the state is the last complete step's
+        run.queue.load_state_dict(queue_before)
+        if checkpoint_step(run.run_dir) != run.counters.step:
+            run.save()
+        raise run.stopped(f"step {step}: {err}") from err
+    unreached = alloc.counts == 0  # (P,) back to the queue's front; passed-over prompts are used up
+    if cfg.allocator.rejects == "drop":
+        unreached &= ~alloc.passed
+    run.queue.give_back(sample.idx[np.flatnonzero(unreached)])
+    return alloc
+
+
+def _update_policy(run: Run, step: int, out: Any, group: np.ndarray, n_rollouts: int, compute: ComputeMeter) -> dict:
+    """The policy update on the method's advantages, then the method's own update; OOM stops the run, named."""
+    cfg, method = run.cfg, run.method
+    value_terms, value_optimizer = method.joint_loss(out, compute)
+    _begin_schedule(cfg.train, run.scheduler, run.counters, n_rollouts)
+    try:
+        upd = update_policy(cfg, run.model, run.reference, run.optimizer, run.scheduler, out.rollouts, group,
+                            out.advantages, compute=compute, recompute_old_logp=run.recompute,
+                            value_terms=value_terms, value_optimizer=value_optimizer)  # fmt: skip
+    except Exception as err:
+        if not _is_out_of_memory(err):
+            raise
+        raise run.stopped(
+            f"step {step}: out of memory in the policy update ({error_line(err)}): lower "
+            f"train.micro_batch_size (now {cfg.train.micro_batch_size}; a resume may change it)"
+        ) from err
+    upd |= method.after_update(out, compute)
+    _sync(run.engine, run.model)  # an engine with its own copy of the weights (vLLM) follows the update
+    return upd
+
+
+def _count(run: Run, step: int, alloc: Any, sample: Sampler, rollouts_all: Any, compute: ComputeMeter) -> None:
+    """Advance the run's counters by this step (rollouts, tokens, token-passes, prompts, verifier failures, time)."""
+    c = run.counters
+    c.step = step
+    c.rollouts_total += alloc.n_rollouts
+    c.tokens_total += int(rollouts_all.lengths.sum())
+    if run.prior_backend is not None:  # the probe prior's prefills since the last step's bookkeeping
+        compute.add("probe", run.prior_backend.token_passes - run.probe_mark)
+        run.probe_mark = run.prior_backend.token_passes
+    c.compute_total += compute.total
+    c.prompts_total += int(np.count_nonzero(alloc.counts > 0))
+    c.verifier_failures += sum(s.failures for s in sample.scores)
+    c.wall_time = time.perf_counter() - run.started
+
+
+def _evaluate(run: Run) -> dict:
+    """The held-out evaluation (:func:`v05.train.evaluation.evaluate`); the counters keep its pass rate."""
+    out = evaluate(run.cfg, run.model, run.tokenizer, run.task, run.held_out, run.held_texts)
+    run.counters.last_eval = out["eval_pass_rate"]
+    return out
+
+
+def setup(cfg: TrainConfig, run_dir: Path, resume: bool) -> Run:
+    """Everything a run needs before its first step: task, policy (warm start), engine, optimizer, round, method.
+
+    A resume restores the checkpoint's weights, optimizer, scheduler, RNGs, queue, counters, round and method.
+    """
     ckpt = _prepare_run_dir(cfg, run_dir, resume)
     set_cpu_threads(cfg.run.threads)
     torch.manual_seed(cfg.seed)
-
-    # -- setup: task, policy (warm start), engine, optimizer, estimator/allocator/prior state ---------------------
     task = make_task(cfg.task.name, **cfg.task.options)
     split = task.validation_prompts() if cfg.eval.split == "validation" else task.eval_prompts()
     pool, held_out = list(task.train_prompts()), list(split)[: cfg.eval.size]
@@ -174,26 +405,20 @@ def train(
                          "n_eval / n_val, size_eval / size_val)")  # fmt: skip
     policy_cfg = cfg.policy
     if cfg.warmup.enabled:
-        warm = ensure_warm_start(cfg, progress=cfg.run.progress)
-        policy_cfg = warm_policy(cfg, warm)
+        policy_cfg = warm_policy(cfg, ensure_warm_start(cfg, progress=cfg.run.progress))
     model, tokenizer = load_policy(policy_cfg)
     texts, held_texts = render_all(cfg, task, pool, tokenizer), render_all(cfg, task, held_out, tokenizer)
-    keys = np.array([p.key for p in pool])
     check_overlong_buffer(cfg, task, pool, tokenizer)
     engine = _engine(cfg, model, tokenizer)
     optimizer, scheduler = _optimizer(cfg, model)
     reference = _reference_model(cfg, model)
-    provider, prior_backend = _provider(cfg, model, tokenizer)
-    if getattr(provider, "needs_sampler", False):
-        provider.bind_sampler(_oracle_sampler(cfg, model, tokenizer, task, pool, texts, provider.rollouts))
-    prior_texts = _prior_texts(cfg, provider, pool, texts)  # what the prior reads of each pool prompt
-    if provider is not None:
-        provider.prefetch(prior_texts)  # the pool's embeddings, once: steps only look them up
-    method = make_value_method(cfg, model, tokenizer)  # a registered estimator, POISE's probe or PPO's critic
-    recompute = recompute_old_logp(cfg, model, method)
-    queue = _queue(cfg, len(pool))
-    guard = PriorGuard()  # the running mean that stands in when the provider raises or returns NaN
-    alloc_state: Any = None
+    rnd = make_round(cfg)
+    prior_backend = _bind_prior(cfg, rnd, model, tokenizer, task, pool, texts)
+    prior_texts = _prior_texts(cfg.prior, pool, texts)  # what the prior reads of each pool prompt
+    if rnd.provider is not None:
+        rnd.provider.prefetch(prior_texts)  # the pool's embeddings, once: steps only look them up
+    method = make_value_method(cfg, model, tokenizer, rnd)  # a registered estimator, POISE's probe or PPO's critic
+    queue = PromptQueue(n=len(pool), seed=cfg.seed, order=cfg.train.prompt_order)
     c = Counters()
     if ckpt is not None:
         tensors, state = load_checkpoint(ckpt)
@@ -201,162 +426,14 @@ def train(
         _sync(engine, model)
         c = Counters(**state["counters"])
         queue.load_state_dict(state["queue"])
-        alloc_state = state_from_json(state["allocator"])
+        rnd.load_state_dict(state)
         method.load(tensors, state)
-        if provider is not None:
-            provider.load_state_dict(state["provider"])
-        if state.get("prior_guard") is not None:  # absent in checkpoints written before the guard
-            guard.load_state_dict(state["prior_guard"])
         logger.info("resumed %s at step %d (%d rollouts)", run_dir, c.step, c.rollouts_total)
-    probe_mark = 0  # the probe prior's token-passes already counted (its calibration refit lands in the next step)
     metrics = MetricsLog(run_dir, resume_step=c.step if ckpt is not None else None, tensorboard=cfg.run.tensorboard)
-    stop = _Stop()
-    stop.install()
-    bar = _progress(cfg, c)
-    started = time.perf_counter() - c.wall_time
-
-    def save() -> None:
-        c.wall_time = time.perf_counter() - started
-        try:
-            save_state(cfg, run_dir, c, model, optimizer, scheduler, engine, queue, method, alloc_state, provider,
-                       guard)  # fmt: skip
-        except OSError as err:  # a full disk, an unwritable run directory: the previous checkpoint is untouched
-            raise _stopped(f"the checkpoint of step {c.step} could not be written ({error_line(err)})") from err
-
-    def write(row: dict) -> None:
-        try:
-            metrics.write(row)
-        except OSError as err:
-            raise _stopped(f"metrics.jsonl could not be appended at step {row['step']} ({error_line(err)})") from err
-
-    def _stopped(reason: str) -> RunStopped:
-        ckpt_step = checkpoint_step(run_dir)
-        kept = f"the checkpoint of step {ckpt_step} is intact" if ckpt_step >= 0 else "no checkpoint was written"
-        logger.error("run stopped: %s; %s", reason, kept)
-        return RunStopped(f"{reason}; {kept}: fix the cause, then --resume", step=c.step, checkpoint=ckpt_step)
-
-    try:
-        if c.step == 0 and cfg.eval.at_start and ckpt is None:
-            row = {"step": 0, "rollouts_total": 0, "tokens_total": 0, "compute_total": 0,
-                   "train_pass_rate": float("nan"), "wall_time": 0.0,
-                   **evaluate(cfg, model, tokenizer, task, held_out, held_texts)}  # fmt: skip
-            c.last_eval = row["eval_pass_rate"]
-            write(row)
-        while not _done(cfg, c):
-            t_step = time.perf_counter()
-            step = c.step + 1
-            timing = dict.fromkeys(("generate", "verify", "prior", "estimate", "update"), 0.0)
-            compute = ComputeMeter()
-
-            # 1. the step's candidate prompts and their prior
-            queue_before = queue.state_dict()  # put back if the step cannot be taken
-            idx = queue.take(_pool_size(cfg))
-            t0 = time.perf_counter()
-            prior_v, n0, n_fallback = predict_prior(cfg, provider, guard, keys[idx], [prior_texts[i] for i in idx])
-            timing["prior"] += time.perf_counter() - t0
-
-            # 2. rollouts: the allocator's rounds, each one generate + verify (engine faults retried)
-            sample = Sampler(engine, task, pool, texts, idx, timing, cfg.train.reward_range,
-                             retries=cfg.run.generate_retries, backoff_s=cfg.run.retry_backoff_s)  # fmt: skip
-            t0 = time.perf_counter()
-            try:
-                alloc = run_allocation(cfg, step, idx, keys, prior_v, n0, alloc_state, sample)
-            except RolloutFailure as err:  # the step is not taken: the state is the last complete step's
-                queue.load_state_dict(queue_before)
-                if checkpoint_step(run_dir) != c.step:
-                    save()
-                raise _stopped(f"step {step}: {err}") from err
-            alloc_state = alloc.state
-            sampled = np.flatnonzero(alloc.counts > 0)
-            unreached = alloc.counts == 0  # (P,) back to the queue's front; passed-over prompts are used up
-            if cfg.allocator.rejects == "drop":
-                unreached &= ~alloc.passed
-            queue.give_back(idx[np.flatnonzero(unreached)])
-            rollouts_all, scores = concat_rollouts(sample.draws, tokenizer), sample.scores
-            compute.forward("generate", rollouts_all.prompt_mask, rollouts_all.response_mask)
-            rewards, group, kept_pool = alloc.loss_batch()  # (N,), (N,), (G,) kept rollouts in draw order
-            kept_rollouts = rollouts_all.select(alloc.kept[alloc.prompt])
-
-            # 3. advantages: the value method's (a registered estimator, POISE's probe or the critic)
-            out = None
-            if len(rewards):
-                batch = StepBatch(step, kept_rollouts, shape_rewards(cfg, rewards, kept_rollouts), group,
-                                  keys[idx[kept_pool]], prior=None if prior_v is None else prior_v[kept_pool],
-                                  n0=None if n0 is None else n0[kept_pool])  # fmt: skip
-                out = method.estimate(batch, compute)
-            timing["estimate"] += time.perf_counter() - t0 - timing["generate"] - timing["verify"]
-
-            # 4. the policy update (ppo_epochs × micro-batches); then the method learns the step
-            t0 = time.perf_counter()
-            upd = {}
-            if out is not None:
-                value_terms, value_optimizer = method.joint_loss(out, compute)
-                _begin_schedule(cfg, scheduler, c, alloc.n_rollouts)
-                try:
-                    upd = update_policy(
-                        cfg, model, reference, optimizer, scheduler, out.rollouts, group, out.advantages,
-                        compute=compute, recompute_old_logp=recompute, value_terms=value_terms,
-                        value_optimizer=value_optimizer,
-                    )  # fmt: skip
-                except Exception as err:
-                    if not _is_out_of_memory(err):
-                        raise
-                    raise _stopped(
-                        f"step {step}: out of memory in the policy update ({error_line(err)}): lower "
-                        f"train.micro_batch_size (now {cfg.train.micro_batch_size}; a resume may change it)"
-                    ) from err
-                upd |= method.after_update(out, compute)
-                _sync(engine, model)  # an engine with its own copy of the weights (vLLM) follows the update
-            timing["update"] += time.perf_counter() - t0
-
-            # 5. the prior learns this step's outcomes (every sampled prompt, kept or not)
-            t0 = time.perf_counter()
-            if provider is not None and sampled.size:
-                update_prior(cfg, provider, guard, alloc, idx, keys, prior_texts, step)
-            timing["prior"] += time.perf_counter() - t0
-
-            # 6. bookkeeping, metrics, eval, checkpoint
-            c.step = step
-            rollouts_before = c.rollouts_total
-            c.rollouts_total += alloc.n_rollouts
-            c.tokens_total += int(rollouts_all.lengths.sum())
-            if prior_backend is not None:  # the probe prior's prefills since the last step's bookkeeping
-                compute.add("probe", prior_backend.token_passes - probe_mark)
-                probe_mark = prior_backend.token_passes
-            c.compute_total += compute.total
-            c.prompts_total += int(sampled.size)
-            c.verifier_failures += sum(s.failures for s in scores)
-            c.wall_time = time.perf_counter() - started
-            row = step_metrics(
-                cfg, c, alloc, rewards, group, None if out is None else out.estimate,
-                upd | ({} if out is None else out.metrics), scores, rollouts_all, provider, timing,
-                value_g=None if out is None else out.value_g, compute=compute,
-            )  # fmt: skip
-            row["time/step"] = time.perf_counter() - t_step
-            row["engine_retries"] = sample.retried
-            if provider is not None:
-                row |= {"prior_fallbacks": n_fallback, "prior_fallbacks_total": guard.fallbacks,
-                        "prior_update_errors_total": guard.update_errors}  # fmt: skip
-            if _eval_due(cfg, c, rollouts_before):
-                row |= evaluate(cfg, model, tokenizer, task, held_out, held_texts)
-                c.last_eval = row["eval_pass_rate"]
-            write(row)
-            if log is not None:
-                log(row)
-            _advance(bar, c)
-            if stop.requested or _done(cfg, c) or (cfg.run.checkpoint_every and step % cfg.run.checkpoint_every == 0):
-                save()
-            if stop.requested:
-                return TrainResult(run_dir, c.step, c.rollouts_total, c.last_eval, interrupted=True)
-        if latest_checkpoint(run_dir) is None or checkpoint_step(run_dir) != c.step:
-            save()
-        export_policy(run_dir, model, tokenizer)
-        return TrainResult(run_dir, c.step, c.rollouts_total, c.last_eval)
-    finally:
-        stop.restore()
-        metrics.close()
-        if bar is not None:
-            bar.close()
+    return Run(cfg, run_dir, task, pool, texts, np.array([p.key for p in pool]), prior_texts, held_out, held_texts,
+               model, tokenizer, engine, reference, optimizer, scheduler, rnd, method, prior_backend, queue, c,
+               ckpt is not None, _pool_size(cfg.allocator, cfg.train.batch_size, rnd.allocator),
+               recompute_old_logp(cfg, model, method), metrics, time.perf_counter() - c.wall_time)  # fmt: skip
 
 
 # -- setup helpers -------------------------------------------------------------------------------------------------
@@ -413,9 +490,9 @@ def _optimizer(cfg: TrainConfig, model: Any) -> tuple[Any, LRSchedule]:
     return opt, LRSchedule(opt, lr=o.lr, warmup_steps=o.warmup_steps, schedule=o.schedule, horizon=float(horizon))
 
 
-def _begin_schedule(cfg: TrainConfig, scheduler: LRSchedule, c: Counters, step_rollouts: int) -> None:
+def _begin_schedule(train_cfg: LoopConfig, scheduler: LRSchedule, c: Counters, step_rollouts: int) -> None:
     """Place this step in the schedule's horizon: its rollouts within the budget, or its index within the steps."""
-    if cfg.train.max_rollouts is not None:
+    if train_cfg.max_rollouts is not None:
         scheduler.begin_step(c.rollouts_total, step_rollouts)
     else:
         scheduler.begin_step(c.step, 1)
@@ -443,16 +520,36 @@ def _reference_model(cfg: TrainConfig, model: Any) -> Any:
     return ref
 
 
-def _provider(cfg: TrainConfig, model: Any, tokenizer: Any) -> tuple[Any, PolicyFeatureBackend | None]:
-    """The prior provider and, for the ``probe`` prior, the live policy's feature backend it is bound to."""
-    if cfg.prior.name is None:
-        return None, None
-    provider = make_provider(cfg.prior.name, **cfg.prior.options)
-    backend = None
-    if hasattr(provider, "bind_policy"):
+def make_round(cfg: TrainConfig) -> Round:
+    """The run's round: its estimator (none for PPO's critic and POISE, whose methods estimate), prior, allocator.
+
+    The allocator is built here, once per run.
+    """
+    name = cfg.estimator.name
+    own = name in ESTIMATORS and not ESTIMATORS[name].needs_values  # the value method estimates the others
+    allocator = get_allocator(cfg.allocator.name, batch_size=cfg.train.batch_size, **cfg.allocator.options)
+    return Round(name if own else None, options=cfg.estimator.options if own else None,
+                 reward_range=cfg.train.reward_range, prior=cfg.prior.name, prior_options=cfg.prior.options,
+                 feed_n0=cfg.prior.feed_n0, allocator=allocator)  # fmt: skip
+
+
+def _bind_prior(
+    cfg: TrainConfig, rnd: Round, model: Any, tokenizer: Any, task: Any, pool: list, texts: list[str]
+) -> PolicyFeatureBackend | None:
+    """Give the provider what its spec says it needs.
+
+    The live policy's features (``probe``: the backend, returned, whose token-passes the run counts) or extra
+    rollouts of the current policy (``oracle``).
+    """
+    if rnd.provider is None or cfg.prior.name is None:
+        return None
+    spec, backend = get_provider_spec(cfg.prior.name), None
+    if spec.needs_policy:
         backend = PolicyFeatureBackend(model=model, tokenizer=tokenizer, config=cfg.poise.features)
-        provider.bind_policy(backend)
-    return provider, backend
+        rnd.provider.bind_policy(backend)
+    if spec.needs_sampler:
+        rnd.provider.bind_sampler(_oracle_sampler(cfg, model, tokenizer, task, pool, texts, rnd.provider.rollouts))
+    return backend
 
 
 def _oracle_sampler(
@@ -476,29 +573,24 @@ def _oracle_sampler(
     return sample
 
 
-def _prior_texts(cfg: TrainConfig, provider: Any, pool: list, rendered: list[str]) -> list[str]:
+def _prior_texts(prior_cfg: PriorConfig, pool: list, rendered: list[str]) -> list[str]:
     """What the prior reads of each pool prompt (``prior.input``): the bare problem text, or the rendered prompt.
 
     ``auto``: the problem text for text-embedding priors (V0 was trained on bare problems, not chat-wrapped prompts),
     the rendered prompt for priors that read the policy (``probe``: the policy sees the rendered prompt).
     """
-    mode = cfg.prior.input
+    mode = prior_cfg.input
     if mode == "auto":
-        mode = "prompt" if getattr(provider, "needs_policy", False) else "question"
+        needs_policy = prior_cfg.name is not None and get_provider_spec(prior_cfg.name).needs_policy
+        mode = "prompt" if needs_policy else "question"
     return list(rendered) if mode == "prompt" else [p.question for p in pool]
 
 
-def _queue(cfg: TrainConfig, n: int) -> Any:
-    return PromptQueue(n=n, seed=cfg.seed, order=cfg.train.prompt_order)
-
-
-def _pool_size(cfg: TrainConfig) -> int:
+def _pool_size(alloc_cfg: AllocatorConfig, batch_size: int, allocator: Any) -> int:
     """Prompts a step draws its candidates from: ``allocator.pool_factor`` batches, else the allocator's own."""
-    a = cfg.allocator
-    if a.pool_factor is not None:
-        return cfg.train.batch_size * a.pool_factor
-    allocator = get_allocator(a.name, batch_size=cfg.train.batch_size, **a.options)
-    return int(allocator.candidate_pool(cfg.train.batch_size))
+    if alloc_cfg.pool_factor is not None:
+        return batch_size * alloc_cfg.pool_factor
+    return int(allocator.candidate_pool(batch_size))
 
 
 def _progress(cfg: TrainConfig, c: Counters) -> Any:
@@ -519,10 +611,10 @@ def _advance(bar: Any, c: Counters) -> None:
     bar.set_postfix(step=c.step, train=f"{c.train_last:.3f}", eval=f"{c.last_eval:.3f}", refresh=False)
 
 
-def _done(cfg: TrainConfig, c: Counters) -> bool:
-    if c.step >= cfg.train.steps:
+def _done(train_cfg: LoopConfig, c: Counters) -> bool:
+    if c.step >= train_cfg.steps:
         return True
-    return cfg.train.max_rollouts is not None and c.rollouts_total >= cfg.train.max_rollouts
+    return train_cfg.max_rollouts is not None and c.rollouts_total >= train_cfg.max_rollouts
 
 
 def _eval_due(cfg: TrainConfig, c: Counters, rollouts_before: int) -> bool:
@@ -530,7 +622,7 @@ def _eval_due(cfg: TrainConfig, c: Counters, rollouts_before: int) -> bool:
 
     By rollouts: when this step's rollouts cross a multiple of ``every_rollouts``; else every ``every`` steps.
     """
-    if _done(cfg, c):
+    if _done(cfg.train, c):
         return True
     if cfg.eval.every_rollouts is not None:
         return c.rollouts_total // cfg.eval.every_rollouts > rollouts_before // cfg.eval.every_rollouts

@@ -1,8 +1,9 @@
-"""One training step's parts, in the order the loop calls them.
+"""One training step's trainer-side parts: the sampler, reward shaping, the policy update, what the prior learns.
 
-Prior → allocation (generate + verify) → advantages (:mod:`v05.train.value`) → policy update → the prior learns.
-Each is a thin translation to the library's registry, allocators, prior providers and loss; :mod:`v05.train.loop`
-reads them top to bottom.
+The prior, the allocation and the advantages of a step are :class:`v05.round.Round`'s (shared with the TRL and verl
+adapters); these are the pieces only the trainer has: generating and verifying rollouts (:class:`Sampler`, the
+``sample`` the round's allocator calls), DAPO's overlong shaping, the PPO update over micro-batches, and which of the
+step's prompts the prior learns from. :mod:`v05.train.loop` reads them top to bottom.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,16 +19,15 @@ import numpy as np
 import torch
 
 from v05._checks import error_line
-from v05.allocation import allocate
+from v05.allocation import Allocation
 from v05.engines.hf import Rollouts
 from v05.engines.logprobs import sequence_logprobs
 from v05.groups import group_index
-from v05.priors import group_outcomes
-from v05.priors.guard import PriorGuard
-from v05.registry import get_allocator
-from v05.rewards import score_to_reward_scale, to_pm1
+from v05.rewards import to_pm1
+from v05.round import Round
+from v05.timing import Phases
 from v05.train.compute import ComputeMeter
-from v05.train.config import TrainConfig
+from v05.train.config import OverlongConfig, TrainConfig
 from v05.train.forward import prefix_rows, shared_prefix_logprobs
 from v05.train.loss import loss_norm, overlong_shaping, policy_loss
 from v05.train.schedule import LRSchedule
@@ -53,7 +53,7 @@ class Sampler:
     pool: list
     texts: list[str]
     idx: np.ndarray  # (P,) train-pool index of each candidate prompt
-    timing: dict[str, float]
+    phases: Phases  # the step's wall time by phase (generate, verify)
     reward_range: str  # the scale the rewards are returned on (task rewards are in [0, 1])
     retries: int = 0
     backoff_s: float = 0.0
@@ -63,12 +63,10 @@ class Sampler:
 
     def __call__(self, ids: np.ndarray, counts: np.ndarray) -> np.ndarray:
         """Sample ``counts`` rollouts of candidate prompts ``ids``; return their rewards on the run's scale."""
-        t = time.perf_counter()
-        ro = self._generate([self.texts[self.idx[i]] for i in ids], counts)
-        self.timing["generate"] += time.perf_counter() - t
-        t = time.perf_counter()
-        sc = self.task.score([self.pool[self.idx[ids[j]]] for j in ro.prompt_index], list(ro.texts))
-        self.timing["verify"] += time.perf_counter() - t
+        with self.phases("generate"):
+            ro = self._generate([self.texts[self.idx[i]] for i in ids], counts)
+        with self.phases("verify"):
+            sc = self.task.score([self.pool[self.idx[ids[j]]] for j in ro.prompt_index], list(ro.texts))
         self.draws.append(ro)
         self.scores.append(sc)
         return to_pm1(sc.rewards, "01") if self.reward_range == "pm1" else sc.rewards
@@ -91,54 +89,22 @@ class Sampler:
         raise AssertionError("unreachable")  # pragma: no cover
 
 
-def predict_prior(
-    cfg: TrainConfig, provider: Any, guard: PriorGuard, keys: np.ndarray, texts: list[str]
-) -> tuple[np.ndarray | None, np.ndarray | None, int]:
-    """The prior on the run's reward scale and its pseudo-count per candidate prompt (None without a provider).
+def shape_rewards(
+    overlong: OverlongConfig, rewards: np.ndarray, lengths: Any, *, max_len: int, reward_range: str
+) -> np.ndarray:
+    """DAPO's soft overlong punishment added to the rewards, clipped to the reward range (when enabled).
 
-    Also returns how many prompts the guard's running mean stood in for (the provider raised or returned NaN).
+    Args:
+        overlong: ``train.overlong``.
+        rewards: (N,) rewards on the run's scale.
+        lengths: (N,) response lengths in tokens.
+        max_len: ``generation.max_new_tokens``.
+        reward_range: the rewards' scale.
     """
-    if provider is None:
-        return None, None, 0
-    pred, n_fallback = guard.predict(provider, [str(k) for k in keys], texts)  # providers predict in ±1 space
-    return score_to_reward_scale(pred.mean, cfg.train.reward_range), np.asarray(pred.n0, np.float64), n_fallback
-
-
-def run_allocation(
-    cfg: TrainConfig,
-    step: int,
-    idx: np.ndarray,
-    keys: np.ndarray,
-    prior_v: np.ndarray | None,
-    n0: np.ndarray | None,
-    state: Any,
-    sample: Callable[[np.ndarray, np.ndarray], np.ndarray],
-) -> Any:
-    """One step's allocation: the configured allocator's rounds over the candidate prompts (``allocate``)."""
-    allocator = get_allocator(cfg.allocator.name, batch_size=cfg.train.batch_size, **cfg.allocator.options)
-    feed = cfg.prior.feed_n0 and n0 is not None
-    return allocate(
-        allocator,
-        sample,
-        n_prompts=len(idx),
-        rng=np.random.default_rng([cfg.seed, 23, step]),
-        prior=prior_v,
-        n0=n0 if feed else None,
-        keys=keys[idx],
-        reward_range=cfg.train.reward_range,
-        state=state,
-    )
-
-
-def shape_rewards(cfg: TrainConfig, rewards: np.ndarray, rollouts: Any) -> np.ndarray:
-    """DAPO's soft overlong punishment added to the rewards, clipped to the reward range (when enabled)."""
-    if not cfg.train.overlong.enabled or not len(rewards):
+    if not overlong.enabled or not len(rewards):
         return rewards
-    o = cfg.train.overlong
-    shaped = rewards + overlong_shaping(
-        rollouts.lengths, max_len=cfg.generation.max_new_tokens, buffer=o.buffer, penalty=o.penalty
-    )
-    return np.clip(shaped, -1.0 if cfg.train.reward_range == "pm1" else 0.0, 1.0)
+    shaped = rewards + overlong_shaping(lengths, max_len=max_len, buffer=overlong.buffer, penalty=overlong.penalty)
+    return np.clip(shaped, -1.0 if reward_range == "pm1" else 0.0, 1.0)
 
 
 def check_overlong_buffer(cfg: TrainConfig, task: Any, pool: list, tokenizer: Any) -> None:
@@ -165,27 +131,20 @@ def check_overlong_buffer(cfg: TrainConfig, task: Any, pool: list, tokenizer: An
         )
 
 
-def update_prior(
-    cfg: TrainConfig,
-    provider: Any,
-    guard: PriorGuard,
-    alloc: Any,
-    idx: np.ndarray,
-    keys: np.ndarray,
-    texts: list[str],
-    step: int,
-) -> None:
-    """Feed every sampled prompt's ±1 mean score and rollout count to the provider (and the guard's fallback)."""
-    mask = alloc.counts[alloc.prompt] > 0
-    group, pool_index = _group_index(alloc.prompt[mask])
-    scores, counts = group_outcomes(alloc.rewards[mask], group, reward_range=cfg.train.reward_range)
-    sel = idx[pool_index]
-    guard.update(provider, [str(k) for k in keys[sel]], [texts[i] for i in sel], scores, counts, step=step)
+def learn_prior(rnd: Round, alloc: Allocation, keys: np.ndarray, texts: Sequence[str], step: int) -> None:
+    """The prior learns every sampled prompt's outcomes, kept in the loss or not (:meth:`v05.round.Round.learn`).
 
-
-def _group_index(prompt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    group, uniq = group_index(prompt)
-    return group, uniq.astype(np.int64)
+    Args:
+        rnd: the run's round.
+        alloc: the step's allocation over the candidate pool.
+        keys: (P,) the candidates' stable keys.
+        texts: (P,) what the prior reads of each candidate.
+        step: the step.
+    """
+    mask = alloc.counts[alloc.prompt] > 0  # (N,) every drawn rollout
+    group, uniq = group_index(alloc.prompt[mask])  # (N',), (G,) candidate index of each group
+    sel = uniq.astype(np.int64)
+    rnd.learn(keys[sel], [texts[i] for i in sel], alloc.rewards[mask], group, step=step)
 
 
 def concat_rollouts(draws: list[Any], tokenizer: Any) -> Any:
@@ -359,13 +318,11 @@ class MicroBatch:
 
 __all__ = [
     "MicroBatch",
+    "RolloutFailure",
     "Sampler",
     "check_overlong_buffer",
     "concat_rollouts",
-    "RolloutFailure",
-    "predict_prior",
-    "run_allocation",
+    "learn_prior",
     "shape_rewards",
     "update_policy",
-    "update_prior",
 ]

@@ -12,9 +12,10 @@ The loop knows a :class:`ValueMethod` only through its hooks, in this order per 
 :func:`make_value_method` picks the method from the estimator's spec, never from a class or a name list:
 
 - :class:`EstimatorMethod` — any estimator of :mod:`v05.registry` on outcome rewards: the group baselines (grpo,
-  rloo, ...) and the prior-based ones (v05, v05_eb; dbb's per-prompt history) alike. ``EstimatorSpec.bind`` hands
-  each the step's context it takes (prior, pseudo-count n0, state, prompt keys, step); its state (v05_eb's
-  prior-error window, dbb's history) is carried from step to step. Its value per group is the prior's, if any.
+  rloo, ...) and the prior-based ones (v05, v05_eb; dbb's per-prompt history) alike, through the run's
+  :class:`v05.round.Round` (the same call the TRL and verl adapters make): it binds the step's context the estimator
+  takes (prior, pseudo-count n0, state, prompt keys, step) and carries its state (v05_eb's prior-error window, dbb's
+  history) from step to step, checkpointed with the round's. Its value per group is the prior's, if any.
 - :class:`PoiseMethod` — an estimator that ``needs_values`` (``poise``, arXiv 2605.07579, SPEC §6): one no-grad
   pass over the step's rollouts gives the loss's old log-probs and the probe's features (layer-L hidden states of
   the last prompt and response tokens + 3 entropy summaries, :func:`v05.train.features.recompute_pass`); the probe
@@ -48,13 +49,13 @@ from v05.estimators import Estimate, cross_rollout_targets
 from v05.groups import segment_mean
 from v05.registry import TRAINER_ESTIMATORS, estimate, get_estimator
 from v05.rewards import from_pass_rate, to_pass_rate
+from v05.round import Prior, Round
 from v05.train.compute import ComputeMeter
 from v05.train.config import TrainConfig
 from v05.train.critic import Critic, gae, outcome_token_rewards, value_loss, whiten
 from v05.train.features import recompute_pass
 from v05.train.forward import prefix_rows
 from v05.train.loss import loss_norm
-from v05.train.state import state_from_json, state_to_json
 from v05.value_probe import GroupBuffer, PoiseProbe
 
 
@@ -68,8 +69,7 @@ class StepBatch:
         rewards: (N,) their rewards on the run's scale (shaped).
         group: (N,) group ids in [0, G).
         keys: (G,) stable prompt keys of the groups.
-        prior: (G,) the prior on the reward scale (None without a prior provider).
-        n0: (G,) the provider's pseudo-counts (None without a prior provider).
+        prior: the groups' prior (:class:`v05.round.Prior`: value on the reward scale, n0), None without a provider.
     """
 
     step: int
@@ -77,8 +77,7 @@ class StepBatch:
     rewards: np.ndarray
     group: np.ndarray
     keys: np.ndarray
-    prior: np.ndarray | None = None
-    n0: np.ndarray | None = None
+    prior: Prior | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,26 +132,17 @@ class ValueMethod(Protocol):
 
 
 class EstimatorMethod:
-    """A registered outcome estimator in the loop: its step context bound by the spec, its state carried."""
+    """A registered outcome estimator in the loop: the round's (:meth:`v05.round.Round.advantages`)."""
 
     recomputes_old_logp = False
 
-    def __init__(self, cfg: TrainConfig) -> None:
-        self.cfg = cfg
-        self.spec = get_estimator(cfg.estimator.name)
-        self.state: Any = None  # the estimator's state across steps (stateful estimators), None for the others
+    def __init__(self, rnd: Round) -> None:
+        self.round = rnd  # its estimator state is checkpointed with the round's
 
     def estimate(self, batch: StepBatch, compute: ComputeMeter) -> StepAdvantages:
-        """The estimator's advantages; the prior (and n0 when ``prior.feed_n0``) reach it when it uses one."""
-        cfg, spec, rr = self.cfg, self.spec, self.cfg.train.reward_range
-        prior = batch.prior if spec.uses_prior else None
-        fed = batch.n0 if prior is not None and cfg.prior.feed_n0 else None
-        kw = spec.bind(cfg.estimator.options, prior=prior, n0=fed, state=self.state, prompt_ids=batch.keys,
-                       step=batch.step)  # fmt: skip
-        est = estimate(cfg.estimator.name, batch.rewards, batch.group, reward_range=rr, **kw)
-        if spec.stateful:
-            self.state = est.state
-        value_g = None if batch.prior is None else to_pass_rate(batch.prior, rr)  # the prior's value per group
+        """The estimator's advantages; the prior (and its n0, when the round feeds it) reach it when it uses one."""
+        est = self.round.advantages(batch.rewards, batch.group, prior=batch.prior, keys=batch.keys, step=batch.step)
+        value_g = None if batch.prior is None else batch.prior.pass_rate  # the prior's value per group
         return StepAdvantages(est, est.advantages, batch.rollouts, value_g)
 
     def joint_loss(self, out: StepAdvantages, compute: ComputeMeter) -> tuple[ValueTerms | None, Any]:
@@ -164,12 +154,10 @@ class EstimatorMethod:
         return {}
 
     def save(self, tensors: dict[str, Any], state: dict[str, Any]) -> None:
-        """The estimator's state, type-tagged JSON, as ``state["estimator"]``."""
-        state["estimator"] = state_to_json(self.state)
+        """Nothing: the estimator's state is the round's (``state["estimator"]``, ``Round.state_dict``)."""
 
     def load(self, tensors: dict[str, Any], state: dict[str, Any]) -> None:
-        """Restore :meth:`save`."""
-        self.state = state_from_json(state["estimator"])
+        """Nothing (see :meth:`save`)."""
 
 
 class PoiseMethod:
@@ -337,17 +325,17 @@ def _count_pass(compute: ComputeMeter, part: str, rollouts: Any, group: np.ndarr
     compute.forward(part, rollouts.prompt_mask[torch.as_tensor(first)], rollouts.response_mask)
 
 
-def make_value_method(cfg: TrainConfig, model: Any, tokenizer: Any) -> ValueMethod:
+def make_value_method(cfg: TrainConfig, model: Any, tokenizer: Any, rnd: Round) -> ValueMethod:
     """The value method the estimator's spec asks for (module docstring).
 
     A trainer-only estimator (``TRAINER_ESTIMATORS``: ``gae``) gets its critic; a registered one that
-    ``needs_values`` (``poise``) the probe that supplies them; any other registered one runs as it is.
+    ``needs_values`` (``poise``) the probe that supplies them; any other registered one is the round's.
     """
     if cfg.estimator.name in TRAINER_ESTIMATORS:
         return CriticMethod(cfg, model)
     if get_estimator(cfg.estimator.name).needs_values:
         return PoiseMethod(cfg, model, tokenizer)
-    return EstimatorMethod(cfg)
+    return EstimatorMethod(rnd)
 
 
 __all__ = [

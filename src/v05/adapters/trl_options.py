@@ -1,0 +1,58 @@
+"""The v05 estimator's options under TRL: the ones the adapter fills, and TRL's ``scale_rewards`` for its scaling.
+
+Used by :class:`v05.adapters.trl.V05GRPOConfig`; it does not import TRL. TRL's name for the advantage scaling is
+``scale_rewards``: v05's ``scale="group_std"`` is ``"group"`` and ``scale="none"`` is ``"none"``; any other v05
+scaling (``"model_std"``, ``"batch_std"``, ...) is also ``"none"`` to TRL, whose own advantages are discarded.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from v05.names import check_options
+from v05.registry import CONTEXT_OPTIONS, EstimatorSpec
+
+_TRL_SCALE = {"group_std": "group", "none": "none"}  # v05 scale → TRL's scale_rewards name (others: "none")
+
+
+def _refuses_group_std(spec: EstimatorSpec) -> bool:
+    """Estimators whose baseline is not the group mean (a prior or a history): all-equal groups keep signal."""
+    return spec.uses_prior or spec.keyed
+
+
+def _estimator_options(options: dict[str, Any] | None, spec: EstimatorSpec, estimator: str) -> dict[str, Any]:
+    """``options`` as a new dict, checked: no context option (the adapter fills those), only the estimator's names."""
+    options = dict(options or {})
+    reserved = sorted(set(options) & set(CONTEXT_OPTIONS))
+    if reserved:
+        raise ValueError(
+            f"v05_estimator_options may not set {', '.join(reserved)}: the adapter fills it; remove it"
+        )
+    check_options(options, [o for o in spec.options if o not in CONTEXT_OPTIONS], "estimator", estimator)
+    return options
+
+
+def _scale_rewards(spec: EstimatorSpec, estimator: str, options: dict[str, Any], scale_rewards: str | None) -> str:
+    """TRL's ``scale_rewards`` for the estimator's scaling (``options["scale"]``, else its default).
+
+    Unset (None) gives that name; a ``scale_rewards`` that names another scaling raises ``ValueError`` (for the
+    estimators with a prior or a history baseline, ``"group"`` raises with the advice to use ``"model_std"``).
+    """
+    param = inspect.signature(spec.fn).parameters.get("scale")
+    scale = options.get("scale", "none" if param is None else param.default)
+    expected = _TRL_SCALE.get(str(scale), "none")
+    if scale_rewards is None or scale_rewards == expected:
+        return expected
+    if _refuses_group_std(spec) and scale_rewards == "group":
+        raise ValueError(
+            f"scale_rewards={scale_rewards!r} with v05_estimator={estimator!r}: its baseline comes "
+            "from a prior or a history, which gives all-equal groups a non-zero advantage although their std is "
+            "0; set scale_rewards='none' (or leave it unset), and v05_estimator_options={'scale': 'model_std'} "
+            "for a Bernoulli-std scaling"
+        )
+    raise ValueError(
+        f"scale_rewards={scale_rewards!r} contradicts v05_estimator={estimator!r} with "
+        f"scale={scale!r} (TRL's name for it: {expected!r}); leave scale_rewards unset, or choose the scaling "
+        "through v05_estimator_options={'scale': ...} ('group_std' ↔ 'group', 'none' ↔ 'none')"
+    )
