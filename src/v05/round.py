@@ -13,7 +13,7 @@ allocators take their prior on the reward scale; the core maps it to its own ±1
 at two edges only: :attr:`Prior.pass_rate` (value metrics) and :attr:`Prior.score` (a runner that stores the
 provider's own ±1 prediction, as verl's ``extra_info`` does). ``feed_n0`` (whether the provider's pseudo-count n0
 reaches an estimator's or allocator's ``n0``) is decided once, when the round is built: the runner's switch and the
-provider's declared ``feeds_n0`` (:class:`v05.priors.ProviderSpec`); :attr:`Prior.n0_fed` is what the consumers get.
+provider's declared ``feeds_n0`` (:class:`v05.priors.ProviderSpec`); :meth:`Round.n0_of` is what the consumers get.
 The reward range is checked once here, when the round is built; each public core function still checks its own
 inputs (STYLE: public functions validate at entry).
 
@@ -81,7 +81,6 @@ class Prior:
         value: (G,) the prior on the run's reward scale (what estimators and allocators read).
         n0: (G,) the provider's pseudo-counts in rollouts, or None (a dataset's prior without one).
         reward_range: the scale of ``value``.
-        fed: whether ``n0`` reaches the consumers (the round's ``feed_n0``).
         score: (G,) the provider's own ±1 prediction V, or None (a prior read from a dataset).
         fallbacks: how many of the G the guard's running mean stood in for.
     """
@@ -89,14 +88,8 @@ class Prior:
     value: FloatArray
     n0: FloatArray | None
     reward_range: RewardRange
-    fed: bool = True
     score: FloatArray | None = None
     fallbacks: int = 0
-
-    @property
-    def n0_fed(self) -> FloatArray | None:
-        """(G,) n0 for an estimator's or allocator's ``n0``, or None when the round does not feed it."""
-        return self.n0 if self.fed else None  # also None when there is no n0
 
     @property
     def pass_rate(self) -> FloatArray:
@@ -176,7 +169,11 @@ class Round:
             return None
         pred, n_fallback = self.guard.predict(self.provider, [str(k) for k in keys], list(texts))
         value = score_to_reward_scale(pred.mean, self.reward_range)  # (G,) ±1 → reward scale, the one conversion
-        return Prior(value, np.asarray(pred.n0, np.float64), self.reward_range, self.feed_n0, pred.mean, n_fallback)
+        return Prior(value, np.asarray(pred.n0, np.float64), self.reward_range, pred.mean, n_fallback)
+
+    def n0_of(self, prior: Prior | None) -> FloatArray | None:
+        """(G,) what an estimator's or allocator's ``n0`` gets: the prior's n0 when the round feeds it, else None."""
+        return None if prior is None or not self.feed_n0 else prior.n0
 
     def allocate(
         self, sample: Any, *, n_prompts: int, rng: np.random.Generator, prior: Prior | None = None, keys: Any = None
@@ -189,7 +186,7 @@ class Round:
         if self.allocator is None:
             raise ValueError("this round has no allocator")
         alloc = allocate(self.allocator, sample, n_prompts=n_prompts, rng=rng,
-                         prior=None if prior is None else prior.value, n0=None if prior is None else prior.n0_fed,
+                         prior=None if prior is None else prior.value, n0=self.n0_of(prior),
                          keys=keys, reward_range=self.reward_range, state=self.allocator_state)  # fmt: skip
         self.allocator_state = alloc.state
         return alloc
@@ -222,7 +219,7 @@ class Round:
         if self.spec is None:
             raise ValueError("this round has no registered estimator")
         kw = self.spec.bind(self.options, prior=None if prior is None else prior.value,
-                            n0=None if prior is None else prior.n0_fed, state=self.estimator_state, prompt_ids=keys,
+                            n0=self.n0_of(prior), state=self.estimator_state, prompt_ids=keys,
                             step=step, values=values)  # fmt: skip
         est = self.spec.fn(rewards, group, reward_range=self.reward_range, **kw)
         if carry and self.spec.stateful:

@@ -97,7 +97,7 @@ def run_with_spies(tmp_path, overrides, monkeypatch) -> tuple[list, object, dict
 
     def advantages_spy(rnd, rewards, group, **kw):
         prior = kw.get("prior")
-        given = {"prior": None, "n0": None} if prior is None else {"prior": prior.value, "n0": prior.n0_fed}
+        given = {"prior": None, "n0": None} if prior is None else {"prior": prior.value, "n0": rnd.n0_of(prior)}
         events.append(("estimate", {**given, "state": _state(spies[0]._inner)}))
         return real_advantages(rnd, rewards, group, **kw)
 

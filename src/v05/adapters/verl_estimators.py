@@ -455,7 +455,7 @@ class VerlEstimator:
                     f"({KEY_FIELD!r} or {cfg.key_field!r}); trainer.v1.trainer_mode={TRAINER_MODE} writes one"
                 )
         rnd = self.round_for(cfg)
-        given = None if prior is None else Prior(prior, n0, cfg.reward_range, rnd.feed_n0)
+        given = None if prior is None else Prior(prior, n0, cfg.reward_range)
         est = rnd.advantages(rewards, group, prior=given, keys=keys, step=step)
         return VerlStep(rewards, group, group_uids, keys, prior, est, cfg.reward_range, 0)
 

@@ -246,7 +246,7 @@ class V05TrainerMixin:
             )
         n0 = None if any(p.n0 is None for p in pool) else np.asarray([p.n0 for p in pool], np.float64)
         value = np.asarray([p.prior for p in pool], np.float64)  # (P,) as the rollouts' extra_info carries it
-        prior = Prior(value, n0, self.v05_config.reward_range, self.v05_round.feed_n0)
+        prior = Prior(value, n0, self.v05_config.reward_range)
         metas: list[KVBatchMeta] = []
 
         def sample(ids: IntArray, counts: IntArray) -> FloatArray:

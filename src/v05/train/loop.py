@@ -411,7 +411,7 @@ def setup(cfg: TrainConfig, run_dir: Path, resume: bool) -> Run:
     check_overlong_buffer(cfg, task, pool, tokenizer)
     engine = _engine(cfg, model, tokenizer)
     optimizer, scheduler = _optimizer(cfg, model)
-    reference = _reference_model(cfg, model)
+    reference = _reference_model(cfg.loss.kl_coef, model)
     rnd = make_round(cfg)
     prior_backend = _bind_prior(cfg, rnd, model, tokenizer, task, pool, texts)
     prior_texts = _prior_texts(cfg.prior, pool, texts)  # what the prior reads of each pool prompt
@@ -511,8 +511,9 @@ def recompute_old_logp(cfg: TrainConfig, model: Any, method: ValueMethod) -> boo
     return next(model.parameters()).dtype != torch.float32 and not method.recomputes_old_logp
 
 
-def _reference_model(cfg: TrainConfig, model: Any) -> Any:
-    if cfg.loss.kl_coef <= 0:
+def _reference_model(kl_coef: float, model: Any) -> Any:
+    """A frozen copy of the policy for the KL term (``loss.kl_coef`` > 0), else None."""
+    if kl_coef <= 0:
         return None
     ref = copy.deepcopy(model).eval()
     for p in ref.parameters():
