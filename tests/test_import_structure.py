@@ -6,6 +6,9 @@ resolved to the module it loads (``from v05.priors import PROVIDERS`` is the pac
 ``from v05.train import config`` the module ``v05/train/config.py``). Importing a submodule also runs its parent
 packages' ``__init__``; those implicit arrows are not counted (Python resolves them while the package is initialising,
 so they close no real circle).
+
+Imports of v05's own modules inside a function are few, each at an optional extra's boundary (LAZY_V05_IMPORTS):
+one per module, naming its extra (STYLE.md: imports at the top of a module; lazy only at an optional-extra boundary).
 """
 
 from __future__ import annotations
@@ -206,3 +209,104 @@ def test_find_cycle_reports_the_circle_and_floor_of_the_longest_prefix():
     assert find_cycle({("a", "b"): [1], ("b", "c"): [2], ("a", "c"): [3]}) is None
     assert floor_of("v05") == len(FLOORS) - 1
     assert floor_of("v05.priors.heads") == floor_of("v05.priors") > floor_of("v05.value_probe")
+
+
+# Imports of v05 modules inside a function (or class) body, outside ``if TYPE_CHECKING:``: module → the optional extra
+# that keeps it there. One boundary per module (a single statement may import several modules); every other import of
+# v05 sits at the top of its module. Each entry must still be needed (test_every_lazy_import_allowance_is_still_needed).
+LAZY_V05_IMPORTS: dict[str, str] = {
+    "v05.train.cli": "[train] (torch, transformers, omegaconf): trainer_modules() imports the trainer for `v05 train` "
+    "and `v05 demo`, whose registration must run on the core install (`v05 --help`, `v05 simulate`)",
+    "v05.train.loop": "[vllm] (GPU only, in its own environment): the vLLM engine, when generation.engine is vllm",
+    "v05.grid.cli": "[train]: `v05 bench matrix` trains its cells with the trainer; registering it must not import it",
+    "v05.adapters.cli": "[trl] (on [train]): the TRL benches `v05 bench train` and `trl-parity`, imported to run",
+}
+MAX_LAZY_V05_IMPORTS = 10
+"""The ceiling on function-local imports of v05 modules, in all (the issue's bound)."""
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    """``TYPE_CHECKING`` or ``typing.TYPE_CHECKING``."""
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def local_v05_import_lines(tree: ast.Module) -> list[int]:
+    """Line numbers of the imports of v05 modules (absolute ``v05...`` or relative) not at module level: inside a
+    function or class body, outside the body of an ``if TYPE_CHECKING:`` (a module-level ``try``/``if`` is module
+    level)."""
+    lines: list[int] = []
+
+    def visit(node: ast.AST, local: bool) -> None:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            relative = isinstance(node, ast.ImportFrom) and node.level > 0
+            if local and (relative or any(n.split(".")[0] == "v05" for n in names)):
+                lines.append(node.lineno)
+            return
+        typing_only = isinstance(node, ast.If) and _is_type_checking(node.test)  # its body is for type checkers
+        children = node.orelse if typing_only else ast.iter_child_nodes(node)
+        inner = local or isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+        for child in children:
+            visit(child, inner)
+
+    visit(tree, False)
+    return sorted(lines)
+
+
+def function_local_v05_imports() -> dict[str, list[int]]:
+    """module → line numbers of its function-local imports of v05 modules (:func:`local_v05_import_lines`)."""
+    found = {}
+    for name, (path, _) in module_files().items():
+        lines = local_v05_import_lines(ast.parse(path.read_text(encoding="utf-8"), filename=str(path)))
+        if lines:
+            found[name] = lines
+    return found
+
+
+def test_function_local_v05_imports_are_few_and_each_at_an_extras_boundary():
+    """At most MAX_LAZY_V05_IMPORTS function-local imports of v05 modules, each in a module of LAZY_V05_IMPORTS (the
+    extra that keeps it there) and at most one per module: a new one goes to the top of its module, or is one
+    module's single boundary for an optional extra, added here with that extra named."""
+    found = function_local_v05_imports()
+    where = {m: ", ".join(f"{module_files()[m][0].relative_to(SRC.parent)}:{n}" for n in lines)
+             for m, lines in found.items()}  # fmt: skip
+    unlisted = [where[m] for m in sorted(found) if m not in LAZY_V05_IMPORTS]
+    assert not unlisted, "function-local imports of v05 modules (move them to the top of the module):\n" + "\n".join(
+        unlisted
+    )
+    repeated = [where[m] for m in sorted(found) if len(found[m]) > 1]
+    assert not repeated, "more than one lazy v05 import in a module (one boundary per extra):\n" + "\n".join(repeated)
+    assert sum(map(len, found.values())) <= MAX_LAZY_V05_IMPORTS
+
+
+def test_every_lazy_import_allowance_is_still_needed():
+    """Each LAZY_V05_IMPORTS entry still has its function-local import: once it moves to the top, the entry goes."""
+    stale = sorted(set(LAZY_V05_IMPORTS) - set(function_local_v05_imports()))
+    assert not stale, f"LAZY_V05_IMPORTS entries no longer needed, remove them: {stale}"
+
+
+def test_local_import_lines_see_functions_and_skip_module_level_and_type_checking():
+    """The detector itself: imports of v05 in a function or method count (absolute or relative); module-level ones
+    (in a ``try`` too), ``TYPE_CHECKING`` ones and a function's imports of other packages do not."""
+    source = """
+import v05.groups
+try:
+    from v05.adapters import verl
+except ImportError:
+    pass
+if TYPE_CHECKING:
+    from v05.round import Round
+def f():
+    import numpy
+    from v05.train import config, loop
+    if TYPE_CHECKING:
+        from v05.priors import PROVIDERS
+    else:
+        import v05.sim
+class C:
+    def m(self):
+        from . import sibling
+"""
+    assert local_v05_import_lines(ast.parse(source)) == [11, 15, 18]

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from v05.priors import evaluate
 from v05.registry import ESTIMATORS, estimate
 from v05.timing import Spread, interleave, ratio_spread, spread
 
@@ -168,9 +169,7 @@ def bench_priors(n_prompts: int = 512, *, repeats: int = 3, backend: str = "mini
     Raises:
         ValueError: ``repeats`` < 1, or more prompts than are bundled.
     """
-    from v05.priors.evaluate import benchmark_throughput  # noqa: PLC0415 (keeps the CLI's import light)
-
-    rounds = interleave({"priors": lambda: benchmark_throughput(n_prompts, backend=backend)}, repeats)
+    rounds = interleave({"priors": lambda: evaluate.benchmark_throughput(n_prompts, backend=backend)}, repeats)
     keys = ("seconds", "prompts_per_s", "cached_seconds", "cached_prompts_per_s", "load_seconds")
     stats = {key: spread([r["priors"][key] for r in rounds]) for key in keys}
     first = rounds[0]["priors"]

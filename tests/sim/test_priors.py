@@ -102,15 +102,6 @@ def test_a_provider_that_reads_a_live_policy_is_refused_when_the_spec_is_parsed(
         parse_prior("probe")
 
 
-def test_missing_priors_module_is_a_clear_error(monkeypatch):
-    """Without v05.priors, a provider name is an unknown prior whose message says learned providers are unavailable."""
-    import sys
-
-    monkeypatch.setitem(sys.modules, "v05.priors", None)
-    with pytest.raises(ValueError, match="unavailable"):
-        parse_prior("v0")
-
-
 def test_none_option_values_parse_to_none_and_run_in_the_cli(tmp_path):
     """`v05_eb:guard_level=none` parses to None (it used to reach the estimator as the string 'none' and crash)."""
     from v05.cli import main

@@ -9,8 +9,21 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from types import ModuleType
 
 from v05.train.cli import require_trainer
+
+
+def _benches() -> tuple[ModuleType, ModuleType]:
+    """The two benches, ``(v05.adapters.trl_bench, v05.adapters.trl_parity)``, imported when one runs.
+
+    They need the ``[trl]`` extra on the trainer's (``[train]``: torch, transformers), which registering the commands
+    must not; :func:`v05.train.cli.require_trainer` names the trainer's extra first.
+    """
+    require_trainer()
+    from v05.adapters import trl_bench, trl_parity  # noqa: PLC0415 (the [trl] extra, with the trainer's [train])
+
+    return trl_bench, trl_parity
 
 
 def register_bench(bsub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -49,12 +62,10 @@ def register_bench(bsub: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def _run_train(args: argparse.Namespace) -> int:
-    require_trainer()
-    from v05.adapters.trl_bench import bench_train  # noqa: PLC0415 (the trainer's and trl extras, when it runs)
-
+    trl_bench, _ = _benches()
     configs = tuple(c for c in args.configs.split(",") if c)
-    res = bench_train(Path(args.out), window_s=args.window_s, repeats=args.repeats, configs=configs,
-                      overrides=tuple(args.overrides), policy=args.policy, lora=args.lora)  # fmt: skip
+    res = trl_bench.bench_train(Path(args.out), window_s=args.window_s, repeats=args.repeats, configs=configs,
+                                overrides=tuple(args.overrides), policy=args.policy, lora=args.lora)  # fmt: skip
     print(json.dumps({k: v for k, v in res.items() if k not in ("configs", "trl")}, indent=2))  # the CLI's output
     for name, row in res["configs"].items():
         rate = row["spread"]["rollouts_per_s"]
@@ -66,16 +77,15 @@ def _run_train(args: argparse.Namespace) -> int:
 
 
 def _run_trl_parity(args: argparse.Namespace) -> int:
-    require_trainer()
-    from v05.adapters.trl_parity import bench_trl_parity  # noqa: PLC0415 (the trl extra, imported when it runs)
-
+    _, trl_parity = _benches()
     try:
         seeds = tuple(int(s) for s in args.seeds.split(",") if s.strip())
     except ValueError:
         raise ValueError(f"--seeds must be comma-separated integers, got {args.seeds!r}") from None
     command = " ".join(["v05 bench trl-parity", *(["--json", args.json] if args.json else [])])
-    res = bench_trl_parity(Path(args.out), seeds=seeds, budget=args.budget, eval_every=args.eval_every,
-                           configs=tuple(c for c in args.configs.split(",") if c), command=command)  # fmt: skip
+    res = trl_parity.bench_trl_parity(Path(args.out), seeds=seeds, budget=args.budget, eval_every=args.eval_every,
+                                      configs=tuple(c for c in args.configs.split(",") if c),
+                                      command=command)  # fmt: skip
     for name, by_runner in res["summary"].items():  # the CLI's output: one line per configuration and runner
         for runner in ("trl", "v05"):
             row = by_runner.get(runner)

@@ -39,9 +39,7 @@ def register_bench(bsub: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 def _run_matrix(args: argparse.Namespace) -> int:
     require_trainer()
-    # the trainer's extra (torch), imported when the grid runs
-    from v05.grid.render import headline_rows  # noqa: PLC0415
-    from v05.grid.run import bench_matrix  # noqa: PLC0415
+    from v05.grid import render, run  # noqa: PLC0415 (the [train] extra: the grid trains its cells with the trainer)
 
     if args.workers < 1:
         raise ValueError(f"--workers must be >= 1, got {args.workers}")
@@ -49,13 +47,13 @@ def _run_matrix(args: argparse.Namespace) -> int:
     command = " ".join(["v05 bench matrix", args.grid, *(["--quick"] if args.quick else []),
                         *(f"--{k} {v}" for k, v in (("json", args.json), ("doc", args.doc),
                                                     ("recommended", args.recommended)) if v)])  # fmt: skip
-    res = bench_matrix(args.grid, out, quick=args.quick, workers=args.workers, json_path=args.json, doc=args.doc,
-                       readme=args.readme, command=command, train_cells=not args.report_only,
-                       tasks=[t for t in args.tasks.split(",") if t], store=args.store,
-                       recommended=args.recommended)  # fmt: skip
+    res = run.bench_matrix(args.grid, out, quick=args.quick, workers=args.workers, json_path=args.json, doc=args.doc,
+                           readme=args.readme, command=command, train_cells=not args.report_only,
+                           tasks=[t for t in args.tasks.split(",") if t], store=args.store,
+                           recommended=args.recommended)  # fmt: skip
     for name, task in res["results"]["tasks"].items():  # the CLI's output: one line per method and task
         print(f"{name} ({task['regime']}, warm start {task['warm_start_eval']:.3f}, ref {task['reference']}):")
-        for row in headline_rows(task):
+        for row in render.headline_rows(task):
             print("  " + " | ".join(row))
     if res["report"] is not None:
         print(f"report: {res['report']}")

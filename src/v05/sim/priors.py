@@ -19,6 +19,7 @@ from typing import Literal
 import numpy as np
 
 from v05._types import FloatArray
+from v05.priors import PROVIDERS, predict_rows
 from v05.sim.populations import Population
 from v05.sim.specs import OptionValue, parse_spec
 
@@ -72,17 +73,13 @@ def _float(value: OptionValue | None, text: str, what: str) -> float:
     return out
 
 
-def _providers() -> tuple[tuple[str, ...], str]:
-    """Names of the learned providers that fit on V0 rows, and why there are none (empty when available).
+def _providers() -> tuple[str, ...]:
+    """Names of the learned providers that fit on V0 rows.
 
     Providers that read a live policy (``needs_policy``: ``probe``) or draw its rollouts (``needs_sampler``) have
     nothing to fit on a population's context rows, so they are not offered here.
     """
-    try:
-        from v05.priors import PROVIDERS  # noqa: PLC0415 (lazy: optional, heavier module)
-    except ImportError as err:
-        return (), f"learned providers unavailable ({err})"
-    return tuple(n for n, s in PROVIDERS.items() if not s.needs_policy and not s.needs_sampler), ""
+    return tuple(n for n, s in PROVIDERS.items() if not s.needs_policy and not s.needs_sampler)
 
 
 def parse_prior(text: str) -> PriorSpec:
@@ -109,13 +106,12 @@ def parse_prior(text: str) -> PriorSpec:
             raise ValueError(f"bad prior {text!r}: unknown option(s) {', '.join(unknown)}; valid: noise, bias, halluc")
         vals = {k: _float(v, text, k) for k, v in opts.items()}
         return PriorSpec(text=spec.text, kind="oracle", **vals)
-    names, why = _providers()
+    names = _providers()
     if spec.name in names:
         if spec.value is not None:
             raise ValueError(f"bad prior {text!r}: provider options are key=value, e.g. {spec.name}:pooled=true")
         return PriorSpec(text=spec.text, kind="provider", provider=spec.name, options=spec.options)
-    learned = ", ".join(names) if names else why
-    raise ValueError(f"unknown prior {spec.name!r}; valid: {BUILTIN_HELP}; learned: {learned}")
+    raise ValueError(f"unknown prior {spec.name!r}; valid: {BUILTIN_HELP}; learned: {', '.join(names)}")
 
 
 def prior_values(spec: PriorSpec, population: Population, *, rng: np.random.Generator) -> FloatArray:
@@ -139,8 +135,6 @@ def prior_values(spec: PriorSpec, population: Population, *, rng: np.random.Gene
 def _provider_values(spec: PriorSpec, population: Population) -> FloatArray:
     if population.dataset is None or population.rows is None:
         raise ValueError(f"prior {spec.text!r} is a learned provider; it needs a V0 population (not {population.name})")
-    from v05.priors import predict_rows  # noqa: PLC0415 (lazy: optional, heavier module)
-
     opts = dict(spec.options)
     pooled = bool(opts.pop("pooled", False))
     pred = predict_rows(population.dataset, population.rows, spec.provider, pooled=pooled, **opts)

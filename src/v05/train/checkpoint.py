@@ -10,8 +10,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import safetensors.torch
+import torch
+
 from v05._checks import error_line
 from v05.round import Round
+from v05.train import policy
 from v05.train.config import TrainConfig
 from v05.train.rundir import latest_checkpoint, save_checkpoint
 
@@ -52,15 +56,11 @@ def save_state(
     Raises:
         OSError: the checkpoint could not be written (the previous one is left as it was).
     """
-    import torch  # noqa: PLC0415
-    from safetensors.torch import save_model  # noqa: PLC0415
-
-    from v05.train.policy import disk_errors  # noqa: PLC0415
 
     def write_policy(folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
-        with disk_errors(folder / "model.safetensors"):
-            save_model(model, str(folder / "model.safetensors"))
+        with policy.disk_errors(folder / "model.safetensors"):
+            safetensors.torch.save_model(model, str(folder / "model.safetensors"))
 
     tensors = {
         "optimizer": optimizer.state_dict(),
@@ -86,12 +86,9 @@ def restore_state(
     Raises:
         ValueError: ``policy/model.safetensors`` is missing or not a safetensors file (nothing else is tried).
     """
-    import torch  # noqa: PLC0415
-    from safetensors.torch import load_model  # noqa: PLC0415
-
     weights = ckpt / "policy" / "model.safetensors"
     try:
-        load_model(model, str(weights))
+        safetensors.torch.load_model(model, str(weights))
     except Exception as err:  # noqa: BLE001 - SafetensorError, OSError, missing/unexpected keys: report the file
         raise ValueError(f"{weights}: cannot restore the policy ({error_line(err)})") from None
     optimizer.load_state_dict(tensors["optimizer"])
@@ -108,9 +105,7 @@ def checkpoint_step(run_dir: Path) -> int:
 
 def export_policy(run_dir: Path, model: Any, tokenizer: Any) -> None:
     """The final policy as a Hugging Face folder (``from_pretrained`` reads it; a LoRA adapter merged in)."""
-    from v05.train.policy import merged_policy, save_policy  # noqa: PLC0415
-
-    save_policy(merged_policy(model), tokenizer, run_dir / "final")
+    policy.save_policy(policy.merged_policy(model), tokenizer, run_dir / "final")
 
 
 __all__ = ["Counters", "checkpoint_step", "export_policy", "restore_state", "save_state"]

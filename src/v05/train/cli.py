@@ -13,6 +13,7 @@ import dataclasses
 import sys
 import typing
 from pathlib import Path
+from types import ModuleType
 
 INSTALL_HINT = "pip install 'v05[train]' (the trainer's extra: torch==2.13.0 first, then transformers, omegaconf, ...)"
 
@@ -27,12 +28,24 @@ def require_trainer() -> None:
         raise ValueError(f"v05 train needs {err.name!r}: {INSTALL_HINT}") from None
 
 
+def trainer_modules() -> tuple[ModuleType, ModuleType]:
+    """The trainer, ``(v05.train.config, v05.train.loop)``, imported on first use (``v05 train``, ``v05 demo``).
+
+    The one place these commands import it: it needs the ``[train]`` extra (torch, transformers, omegaconf), which
+    registering them must not (``v05 --help`` and ``v05 simulate`` run on the core install). Call
+    :func:`require_trainer` first for its one-line message; a missing dependency here is a ``ModuleNotFoundError``
+    (the CLI names its extra too).
+    """
+    from v05.train import config, loop  # noqa: PLC0415 (the [train] extra: torch, transformers, omegaconf)
+
+    return config, loop
+
+
 def schema_help() -> str:
     """Every config field as ``dotted.key (type, default): docstring`` lines, from the dataclass schema."""
     require_trainer()
-    from v05.train.config import TrainConfig  # noqa: PLC0415
-
-    docs = _field_docs(TrainConfig)
+    config, _ = trainer_modules()
+    docs = _field_docs(config.TrainConfig)
     lines = ["config keys (override with key=value; nested dicts as key.sub=value):"]
 
     def walk(cls: type, prefix: str) -> None:
@@ -49,7 +62,7 @@ def schema_help() -> str:
             doc = docs.get((cls.__name__, f.name), "")
             lines.append(f"  {key} = {default!r}  {doc}".rstrip())
 
-    walk(TrainConfig, "")
+    walk(config.TrainConfig, "")
     return "\n".join(lines)
 
 
@@ -95,9 +108,8 @@ class _SchemaHelp(argparse.Action):
         except ValueError as err:
             text = f"(config schema unavailable: {err})"
         print(f"\n{text}")  # the CLI's help output
-        from v05.train.config import packaged_configs  # noqa: PLC0415
-
-        print(f"\npackaged configs (--config NAME): {', '.join(sorted(packaged_configs()))}")
+        config, _ = trainer_modules()
+        print(f"\npackaged configs (--config NAME): {', '.join(sorted(config.packaged_configs()))}")
         parser.exit()
 
 
@@ -122,13 +134,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def _run(args: argparse.Namespace) -> int:
     require_trainer()
-    from v05.train.config import load_config  # noqa: PLC0415
-    from v05.train.loop import RunStopped, train  # noqa: PLC0415
-
-    cfg = load_config(args.config, args.overrides, quick=args.quick)
+    config, loop = trainer_modules()
+    cfg = config.load_config(args.config, args.overrides, quick=args.quick)
     try:
-        result = train(cfg, Path(args.out), resume=args.resume)
-    except RunStopped as err:  # a fault the run could not work around: one line, exit 1
+        result = loop.train(cfg, Path(args.out), resume=args.resume)
+    except loop.RunStopped as err:  # a fault the run could not work around: one line, exit 1
         print(f"v05 train: stopped after step {err.step}: {err}", file=sys.stderr)
         return 1
     state = "interrupted (checkpoint saved; --resume continues)" if result.interrupted else "done"
@@ -140,4 +150,4 @@ def _run(args: argparse.Namespace) -> int:
     return 130 if result.interrupted else 0
 
 
-__all__ = ["INSTALL_HINT", "register", "require_trainer", "schema_help"]
+__all__ = ["INSTALL_HINT", "register", "require_trainer", "schema_help", "trainer_modules"]

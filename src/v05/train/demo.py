@@ -23,7 +23,8 @@ from pathlib import Path
 
 from v05.report.html import render_table, write_report
 from v05.report.runs import load_runs
-from v05.train.cli import require_trainer
+from v05.train.cli import require_trainer, trainer_modules
+from v05.train.rundir import latest_checkpoint
 
 logger = logging.getLogger(__name__)
 
@@ -164,10 +165,7 @@ def run_demo(
         ValueError: an unknown policy or regime; two configs share a label (two files of one name in different
             folders); a finished run in ``out`` of another config (another regime, say), which is never reused.
     """
-    from v05.train.config import config_changes, load_config  # noqa: PLC0415 (the trainer: torch, on a demo run)
-    from v05.train.loop import train  # noqa: PLC0415
-    from v05.train.rundir import latest_checkpoint  # noqa: PLC0415
-
+    config, loop = trainer_modules()  # the trainer: the [train] extra (torch), on a demo run
     demo = demo_policy(policy)
     demo.setting(regime)  # an unknown regime fails before anything trains
     labels = [config_label(name) for name in configs]
@@ -177,11 +175,11 @@ def run_demo(
     run_dirs = []
     for seed in seeds:
         for name, label in zip(configs, labels, strict=True):
-            cfg = load_config(name, (*demo.run_overrides(name, regime), *overrides, f"seed={seed}"), quick=quick)
+            cfg = config.load_config(name, (*demo.run_overrides(name, regime), *overrides, f"seed={seed}"), quick=quick)
             run_dir = out / f"{label}-s{seed}"
             run_dirs.append(run_dir)
             if (run_dir / "final").is_dir():
-                changed = config_changes(load_config(str(run_dir / "config.yaml")), cfg)
+                changed = config.config_changes(config.load_config(str(run_dir / "config.yaml")), cfg)
                 if changed:
                     raise ValueError(
                         f"{run_dir} is a finished run of another config (it differs in "
@@ -191,7 +189,7 @@ def run_demo(
                 continue
             resume = latest_checkpoint(run_dir) is not None
             logger.info("%s: %s", run_dir, "resuming" if resume else "training")
-            result = train(cfg, run_dir, resume=resume)
+            result = loop.train(cfg, run_dir, resume=resume)
             if result.interrupted:
                 raise KeyboardInterrupt(f"demo interrupted during {run_dir} (checkpoint saved; re-run to resume)")
     return write_report(load_runs(run_dirs), out / "report", title="v05 demo: eval pass rate vs rollouts consumed")
