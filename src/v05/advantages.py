@@ -7,6 +7,8 @@ Modes (all computed in float64, ``eps`` and ``ddof`` named):
 - ``batch_std``: A = (r − b)/(std(r − b) + eps) over the whole batch.
 - ``batch_whiten``: A = (a − mean(a)) / √(var(a) + eps), a = r − b, var unbiased (REINFORCE++'s masked_whiten,
   computed per rollout instead of per token).
+- ``batch_norm``: A = (a − mean(a)) / (std(a) + eps), a = r − b, std unbiased over the whole batch (SPO's global
+  normalisation, arXiv:2509.13232; verl ``recipe/spo``: eps = 1e-8 on the std, per sequence).
 - ``model_std``: A = (r − b)/√max(Var_b, floor), the Bernoulli std implied by b: ±1 space Var = 1 − b²
   (floor 1e-2), 0/1 space Var = b(1 − b) (floor 1e-2/4). Scale-invariant between the two ranges.
 """
@@ -21,8 +23,8 @@ from v05._checks import RewardRange
 from v05._types import FloatArray, IntArray
 from v05.groups import segment_count, segment_std
 
-Scale = Literal["none", "group_std", "batch_std", "batch_whiten", "model_std"]
-SCALES: tuple[str, ...] = ("none", "group_std", "batch_std", "batch_whiten", "model_std")
+Scale = Literal["none", "group_std", "batch_std", "batch_whiten", "batch_norm", "model_std"]
+SCALES: tuple[str, ...] = ("none", "group_std", "batch_std", "batch_whiten", "batch_norm", "model_std")
 
 
 def scale_advantages(
@@ -46,7 +48,7 @@ def scale_advantages(
         group: (N,) group ids in [0, G).
         scale: one of ``SCALES`` (see the module docstring).
         reward_range: ``"pm1"`` or ``"01"`` (only ``model_std`` reads it).
-        eps: added to the std (``group_std``, ``batch_std``) or to the variance (``batch_whiten``).
+        eps: added to the std (``group_std``, ``batch_std``, ``batch_norm``) or to the variance (``batch_whiten``).
         ddof: delta degrees of freedom of the std (1 = unbiased, as verl).
         model_std_floor: floor on the ±1-space variance 1 − b² for ``model_std``.
         n_g: precomputed (G,) counts, trusted (``group_std`` only).
@@ -72,6 +74,10 @@ def scale_advantages(
         if a.size <= 1:
             return a - a.mean()
         return (a - a.mean()) / np.sqrt(a.var(ddof=1) + eps)
+    if scale == "batch_norm":
+        if a.size <= 1:
+            return a - a.mean()  # one rollout: no std; its centred advantage is 0
+        return (a - a.mean()) / (a.std(ddof=1) + eps)
     if scale == "model_std":
         if reward_range == "pm1":
             var = np.maximum(1.0 - baseline * baseline, model_std_floor)

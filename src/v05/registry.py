@@ -21,6 +21,7 @@ from v05.allocation.osla import OSLA
 from v05.allocation.posterior import BetaHistory
 from v05.allocation.sara import SARA
 from v05.allocation.select import PriorSelect
+from v05.allocation.spo import SpoSample
 from v05.estimators import (
     Estimate,
     PriorErrorState,
@@ -32,6 +33,7 @@ from v05.estimators import (
     reinforce_pp,
     reinforce_pp_baseline,
     rloo,
+    spo,
     v05,
     v05_eb,
 )
@@ -151,6 +153,7 @@ ESTIMATORS: dict[str, EstimatorSpec] = {
                             state_type=PriorErrorState),
     "oracle": EstimatorSpec(oracle, needs_truth=True, single_rollout=True, exact_in_sim="group"),
     "poise": EstimatorSpec(poise, needs_values=True, single_rollout=True),
+    "spo": EstimatorSpec(spo, uses_prior=True, single_rollout=True),
 }
 
 
@@ -240,6 +243,7 @@ ALLOCATORS: dict[str, AllocatorSpec] = {
     "dps": AllocatorSpec(DPS, k_option="k", pool=True, state_type=DpsState),
     "prior_select": AllocatorSpec(PriorSelect, k_option="k", pool=True, uses_prior=True),
     "greso": AllocatorSpec(GRESO, k_option="k", pool=True, state_type=GresoState),
+    "spo": AllocatorSpec(SpoSample, k_option="k", pool=True, uses_prior=True),
 }
 """Allocator name → spec (its config class and the properties runners read)."""
 

@@ -13,6 +13,7 @@ from v05.allocation.greso import GRESO
 from v05.allocation.osla import OSLA
 from v05.allocation.sara import SARA
 from v05.allocation.select import PriorSelect
+from v05.allocation.spo import SpoSample
 from v05.registry import ALLOCATORS, get_allocator
 
 
@@ -202,10 +203,10 @@ def test_dynamic_sampling_statistically_yields_only_mixed_groups():
 
 
 def test_registry_names_and_base_group_size_options():
-    """The seven allocators are registered; each accepts its documented base group size and batch_size."""
-    assert list(ALLOCATORS) == ["fixed", "osla", "dynamic_sampling", "sara", "dps", "prior_select", "greso"]
+    """The eight allocators are registered; each accepts its documented base group size and batch_size."""
+    assert list(ALLOCATORS) == ["fixed", "osla", "dynamic_sampling", "sara", "dps", "prior_select", "greso", "spo"]
     base = {"fixed": "k", "osla": "k_init", "dynamic_sampling": "k", "sara": "group_size", "dps": "k",
-            "prior_select": "k", "greso": "k"}  # fmt: skip
+            "prior_select": "k", "greso": "k", "spo": "k"}  # fmt: skip
     for name, opt in base.items():
         alloc = get_allocator(name, **{opt: 4, "batch_size": 8})
         assert getattr(alloc, opt) == 4 and alloc.batch_size == 8
@@ -213,7 +214,7 @@ def test_registry_names_and_base_group_size_options():
 
 def test_registry_errors_list_the_valid_choices():
     """Unknown names list the valid names; unknown options list the valid fields; bad values give the config's error."""
-    with pytest.raises(ValueError, match="valid: fixed, osla, dynamic_sampling, sara, dps, prior_select, greso"):
+    with pytest.raises(ValueError, match="valid: fixed, osla, dynamic_sampling, sara, dps, prior_select, greso, spo"):
         get_allocator("grpo")
     with pytest.raises(ValueError, match=r"no option\(s\) kk; valid: k, batch_size"):
         get_allocator("fixed", kk=2)
@@ -283,6 +284,9 @@ def configured(draw):
             min_keep=draw(st.sampled_from([0.0, 0.01])),
         )
         return alloc, k * min(b, n), n
+    if name == "spo":
+        alloc = SpoSample(k=draw(st.integers(1, 6)), batch_size=b, epsilon=draw(st.sampled_from([0.05, 1e-6, 1.0])))
+        return alloc, alloc.k * min(b, n), n
     return DPS(k=k, batch_size=b), k * min(b, n), n
 
 
@@ -321,12 +325,12 @@ def test_every_allocator_respects_counts_budget_and_loss_batch(cfg, seed, reward
             assert is_mixed(a).all()
         if isinstance(alloc, SARA):
             assert a.counts.max(initial=0) <= alloc.group_size and np.all(a.counts[a.kept] == alloc.group_size)
-        if isinstance(alloc, (DPS, PriorSelect, GRESO)):
+        if isinstance(alloc, (DPS, PriorSelect, GRESO, SpoSample)):
             assert a.n_rollouts == cap
         assert a.passed.dtype == bool and not np.any(a.passed & (a.counts > 0))  # passed over = never sampled
-        if isinstance(alloc, (DPS, PriorSelect)):  # a selection: every unsampled prompt was looked at and rejected
+        if isinstance(alloc, (DPS, PriorSelect, SpoSample)):  # a selection: every unsampled prompt was rejected
             np.testing.assert_array_equal(a.passed, a.counts == 0)
-        if not isinstance(alloc, (DPS, PriorSelect, GRESO)):  # the others stop early: unsampled = not reached
+        if not isinstance(alloc, (DPS, PriorSelect, GRESO, SpoSample)):  # the others stop early: unsampled = unreached
             assert not a.passed.any()
         if isinstance(alloc, OSLA) and alloc.fill:  # budget-neutral: exactly the cap (k_init·B + budget or k_max·B)
             assert a.n_rollouts == cap

@@ -15,6 +15,7 @@ from v05.priors.compose import BaseProvider
 from v05.priors.history import DomainMeanProvider, HistoryProvider, RunningMeanProvider
 from v05.priors.learned import ProbeProvider, V0Provider
 from v05.priors.oracle import OracleProvider
+from v05.priors.spo import SpoProvider
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +34,11 @@ class ProviderSpec:
             except ``probe``, which reads the policy (``needs_policy``).
         feeds_n0: its n0 is a pseudo-count in rollouts that an estimator or allocator with an ``n0`` option may
             take (the runner's ``feed_n0`` switch gates it); True for every provider today.
+        needs_drift: with ``rho="kl"`` it discounts each prompt's evidence by the policy's drift since the prompt's
+            last visit (``spo``: ``observe_drift`` before ``update``); only v05's trainer measures it (TRL and verl
+            refuse ``rho="kl"``; ``rho="constant"`` needs nothing).
+        offline_init: it can start from n offline rollouts per prompt of the starting policy (``spo``:
+            ``init_offline``), which v05's trainer draws and counts (``init_rollouts``).
     """
 
     cls: type[BaseProvider]
@@ -40,6 +46,8 @@ class ProviderSpec:
     needs_sampler: bool = False
     reads_text: bool = False
     feeds_n0: bool = True
+    needs_drift: bool = False
+    offline_init: bool = False
 
 
 PROVIDERS: dict[str, ProviderSpec] = {
@@ -50,6 +58,7 @@ PROVIDERS: dict[str, ProviderSpec] = {
     "domain_mean": ProviderSpec(DomainMeanProvider),
     "probe": ProviderSpec(ProbeProvider, needs_policy=True),
     "oracle": ProviderSpec(OracleProvider, needs_sampler=True),
+    "spo": ProviderSpec(SpoProvider, needs_drift=True, offline_init=True),
 }
 """Provider name → spec (its class, constructed with keyword options, and the capabilities runners read)."""
 

@@ -46,6 +46,7 @@ def save_state(
     queue: Any,
     method: Any,
     rnd: Round,
+    extra: dict[str, Any] | None = None,
 ) -> None:
     """Write a checkpoint of the full training state after step ``c.step`` (atomic; see :mod:`v05.train.rundir`).
 
@@ -72,6 +73,7 @@ def save_state(
         "counters": dataclasses.asdict(c),
         "queue": queue.state_dict(),
         **rnd.state_dict(),
+        **(extra or {}),
     }
     method.save(tensors, state)
     save_checkpoint(run_dir, c.step, write_policy=write_policy, tensors=tensors, state=state,

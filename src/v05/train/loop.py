@@ -51,6 +51,7 @@ from v05.train.policy import load_policy, set_cpu_threads
 from v05.train.prompts import PromptQueue
 from v05.train.rundir import CONFIG, MetricsLog, atomic_write_text, latest_checkpoint, load_checkpoint
 from v05.train.schedule import LRSchedule
+from v05.train.spo_drift import DriftMeter
 from v05.train.step import (
     RolloutFailure,
     Sampler,
@@ -193,6 +194,8 @@ class Run:
     recompute: bool
     metrics: MetricsLog
     started: float
+    drift: DriftMeter | None = None  # the policy's drift per prompt (the spo prior's rho="kl"), else None
+    init_rollouts: int = 0  # rollouts drawn before step 1 to start the prior (spo-offline), counted in the totals
     probe_mark: int = 0  # the probe prior's token-passes already counted (its refit lands in the next step)
 
     def save(self) -> None:
@@ -200,8 +203,10 @@ class Run:
         c = self.counters
         c.wall_time = time.perf_counter() - self.started
         try:
+            extra = {} if self.drift is None else {"spo_drift": self.drift.state_dict()}
+            extra |= {"init_rollouts": self.init_rollouts} if self.init_rollouts else {}
             save_state(self.cfg, self.run_dir, c, self.model, self.optimizer, self.scheduler, self.engine, self.queue,
-                       self.method, self.round)  # fmt: skip
+                       self.method, self.round, extra)  # fmt: skip
         except OSError as err:  # a full disk, an unwritable run directory: the previous checkpoint is untouched
             raise self.stopped(f"the checkpoint of step {c.step} could not be written ({error_line(err)})") from err
 
@@ -243,8 +248,9 @@ def train(
     stop.install()
     try:
         if c.step == 0 and cfg.eval.at_start and not run.resumed:
-            row = {"step": 0, "rollouts_total": 0, "tokens_total": 0, "compute_total": 0,
-                   "train_pass_rate": float("nan"), "wall_time": 0.0, **_evaluate(run)}  # fmt: skip
+            row = {"step": 0, "rollouts_total": c.rollouts_total, "tokens_total": c.tokens_total,
+                   "compute_total": c.compute_total, "train_pass_rate": float("nan"), "wall_time": 0.0,
+                   **({"init_rollouts": run.init_rollouts} if run.init_rollouts else {}), **_evaluate(run)}  # fmt: skip
             run.write(row)
         while not _done(cfg.train, c):
             row = train_step(run)
@@ -307,6 +313,7 @@ def train_step(run: Run) -> dict[str, Any]:
     # 5. the prior learns this step's outcomes (every sampled prompt, kept or not)
     with phases("prior"):
         if alloc.n_rollouts:
+            _observe_drift(run, alloc, keys, rollouts_all, compute)
             learn_prior(rnd, alloc, keys, prior_texts, step)
 
     # 6. bookkeeping and the row (eval when due)
@@ -316,6 +323,8 @@ def train_step(run: Run) -> dict[str, Any]:
                        upd | ({} if out is None else out.metrics), sample.scores, rollouts_all, rnd.provider,
                        phases.seconds, value_g=None if out is None else out.value_g, compute=compute)  # fmt: skip
     row |= {"time/step": time.perf_counter() - t_step, "engine_retries": sample.retried}
+    if run.init_rollouts:
+        row["init_rollouts"] = run.init_rollouts
     if prior is not None:
         row |= {"prior_fallbacks": prior.fallbacks, "prior_fallbacks_total": rnd.guard.fallbacks,
                 "prior_update_errors_total": rnd.guard.update_errors}  # fmt: skip
@@ -365,6 +374,45 @@ def _update_policy(run: Run, step: int, out: Any, group: np.ndarray, n_rollouts:
     upd |= method.after_update(out, compute)
     _sync(run.engine, run.model)  # an engine with its own copy of the weights (vLLM) follows the update
     return upd
+
+
+def _offline_init(
+    cfg: TrainConfig, rnd: Round, engine: Any, task: Any, pool: list, texts: list[str], c: Counters
+) -> int:
+    """Start an ``offline`` prior (``spo-offline``) from ``offline_n`` rollouts per train prompt of the starting policy.
+
+    Drawn with the training engine and generation settings (the recipe uses its validation sampler, T = 0.6), in
+    chunks of 64 prompts; counted in the run's rollouts, tokens and compute before step 1, as a user pays them.
+    Returns the rollouts drawn (0: no offline init).
+    """
+    name = cfg.prior.name
+    if name is None or not get_provider_spec(name).offline_init or not rnd.provider.offline:
+        return 0
+    n, compute = rnd.provider.offline_n, ComputeMeter()
+    successes = np.zeros(len(pool))  # (P,)
+    for start in range(0, len(pool), 64):
+        idx = np.arange(start, min(start + 64, len(pool)))
+        ro = engine.generate([texts[i] for i in idx], [n] * len(idx))
+        scored = task.score([pool[idx[j]] for j in ro.prompt_index], list(ro.texts))
+        successes[idx] += np.bincount(np.asarray(ro.prompt_index), weights=scored.rewards, minlength=len(idx))
+        compute.forward("generate", ro.prompt_mask, ro.response_mask)
+        c.tokens_total += int(ro.lengths.sum())
+    rnd.provider.init_offline([str(p.key) for p in pool], successes, np.full(len(pool), float(n)))
+    c.rollouts_total += n * len(pool)
+    c.compute_total += compute.total
+    return n * len(pool)
+
+
+def _observe_drift(run: Run, alloc: Any, keys: np.ndarray, rollouts_all: Any, compute: ComputeMeter) -> None:
+    """Give a drift-discounting provider (``spo``, rho="kl") the policy's drift on each sampled prompt (no-op else)."""
+    if run.drift is None:
+        return
+    sampled = np.flatnonzero(alloc.counts > 0)  # (G,) candidates drawn this step
+    last = np.zeros(len(alloc.counts), np.int64)
+    last[alloc.prompt] = np.arange(len(alloc.prompt))  # each candidate's last rollout (the recipe's last write)
+    ids = [str(k) for k in keys[sampled]]
+    drift = run.drift.step(run.model, ids, rollouts_all, last[sampled], compute)
+    run.round.provider.observe_drift(list(drift), list(drift.values()))
 
 
 def _count(run: Run, step: int, alloc: Any, sample: Sampler, rollouts_all: Any, compute: ComputeMeter) -> None:
@@ -429,11 +477,21 @@ def setup(cfg: TrainConfig, run_dir: Path, resume: bool) -> Run:
         rnd.load_state_dict(state)
         method.load(tensors, state)
         logger.info("resumed %s at step %d (%d rollouts)", run_dir, c.step, c.rollouts_total)
+    drift = None
+    if cfg.prior.name is not None and get_provider_spec(cfg.prior.name).needs_drift and rnd.provider.rho == "kl":
+        drift = DriftMeter(cfg.generation.temperature)
+        if ckpt is not None:
+            drift.load_state_dict(state.get("spo_drift") or {})
+    if ckpt is not None:
+        init = int(state.get("init_rollouts", 0))
+    else:
+        init = _offline_init(cfg, rnd, engine, task, pool, texts, c)
     metrics = MetricsLog(run_dir, resume_step=c.step if ckpt is not None else None, tensorboard=cfg.run.tensorboard)
     return Run(cfg, run_dir, task, pool, texts, np.array([p.key for p in pool]), prior_texts, held_out, held_texts,
                model, tokenizer, engine, reference, optimizer, scheduler, rnd, method, prior_backend, queue, c,
                ckpt is not None, _pool_size(cfg.allocator, cfg.train.batch_size, rnd.allocator),
-               recompute_old_logp(cfg, model, method), metrics, time.perf_counter() - c.wall_time)  # fmt: skip
+               recompute_old_logp(cfg, model, method), metrics, time.perf_counter() - c.wall_time, drift,
+               init)  # fmt: skip
 
 
 # -- setup helpers -------------------------------------------------------------------------------------------------

@@ -1,0 +1,201 @@
+r"""SPO's per-prompt tracker as a prior provider (``spo``): a discounted Beta posterior of each prompt's pass rate.
+
+Per prompt (stable key) a Beta(α, β); its value and worth are
+
+    p̂ = α/(α + β),   V = 2p̂ − 1 (±1 space),   n0 = α + β
+
+After a visit with k rollouts of which s succeed (k = 1 in SPO), with a discount ρ:
+
+    α ← ρ·α + s,   β ← ρ·β + (k − s)
+
+ρ is ``rho_value`` (``rho="constant"``) or, from the policy's drift since the prompt's last visit (``rho="kl"``):
+
+    D = mean_t |log π_then(y_t) − log π_now(y_t)|   over the tokens of the prompt's last stored response
+    ρ = clip(2^(−D / d_half), clip_lower, clip_upper)        first visit: D = 0, so ρ = clip_upper
+
+D comes from the runner (:meth:`SpoProvider.observe_drift`; the trainer computes it, see
+:mod:`v05.train.spo_drift`), since only the runner holds the policy. Initial state: Beta(½, ½) for every prompt
+(the recipe's ``offline_N = 0``), or from n offline rollouts per prompt of the starting policy
+(:meth:`SpoProvider.init_offline`, the recipe's offline values):
+
+    α₀ = N_init·(s + ½)/(n + 1),   β₀ = N_init·(n − s + ½)/(n + 1),   N_init = 1/(1 − clip_lower)
+
+Follows verl's ``recipe/spo/spo_ray_trainer.py`` (commit 4b2b364) where it and the paper differ: D is the mean
+absolute per-token log-ratio of the prompt's last response (the recipe's "KL"), compared between the post-update
+policies of the last and the current visit; the constants d_half = 0.06 and clip_upper = 0.96 are the recipe's
+hard-coded ones. Deviations: a prompt without an offline value starts at Beta(½, ½) (the recipe never samples it);
+k > 1 rollouts of a prompt in one step all count (the recipe keeps the last write only); the state is checkpointed
+(the recipe re-reads its offline file on resume).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from v05._checks import as_float_1d, check_int, check_positive
+from v05._types import FloatArray
+from v05.priors.base import PriorPrediction
+from v05.priors.compose import BaseProvider, _ids, _outcomes
+from v05.rewards import to_pass_rate
+
+Rho = Literal["constant", "kl"]
+
+
+def rho_from_drift(drift: object, *, d_half: float = 0.06, clip_lower: float = 0.875, clip_upper: float = 0.96):  # noqa: ANN201
+    r"""SPO's KL-adaptive discount: ρ = clip(2^(−D/d_half), clip_lower, clip_upper), elementwise.
+
+    Args:
+        drift: (G,) D ≥ 0, the mean |Δ log π| per token of each prompt's last response since its last visit.
+        d_half: the drift at which ρ halves (before clipping).
+        clip_lower: the smallest ρ (also sets the offline init's N_init = 1/(1 − clip_lower)).
+        clip_upper: the largest ρ (a first visit, D = 0, gets it).
+
+    >>> rho_from_drift([0.0, 0.06, 1.0]).round(4).tolist()
+    [0.96, 0.875, 0.875]
+    """
+    d = as_float_1d(drift, "drift", allow_empty=True)
+    if np.any(d < 0):
+        raise ValueError(f"drift must be >= 0, got {float(d.min())!r}")
+    return np.clip(np.power(2.0, -d / d_half), clip_lower, clip_upper)
+
+
+@dataclass(kw_only=True)
+class SpoProvider(BaseProvider):
+    """SPO's per-prompt Beta tracker (module docstring): V = 2α/(α + β) − 1, n0 = α + β."""
+
+    name = "spo"
+    rho: Rho = "kl"
+    """how the discount is set: ``"kl"`` (from the policy's drift, the recipe's default) or ``"constant"``."""
+    rho_value: float = 0.875
+    """ρ for ``rho="constant"`` (the recipe's ``rho.value``)."""
+    clip_lower: float = 0.875
+    """the smallest ρ of ``rho="kl"``, and N_init = 1/(1 − clip_lower) of the offline init (recipe default)."""
+    clip_upper: float = 0.96
+    """the largest ρ of ``rho="kl"`` (the recipe's hard-coded 0.96)."""
+    d_half: float = 0.06
+    """the drift that halves ρ before clipping (the recipe's hard-coded 0.06)."""
+    offline_n: int = 8
+    """offline rollouts per prompt the init expects (the recipe's ``offline_N``)."""
+    offline: bool = False
+    """start every train prompt from ``offline_n`` rollouts of the starting policy (``spo-offline``): v05's trainer
+    draws them before step 1 and counts them in the run's rollouts and compute (``init_rollouts``)."""
+    tracker_: dict[str, dict[str, list[float]]] = field(default_factory=dict, init=False)  # key → [α, β, visits]
+    drift_: dict[str, float] = field(default_factory=dict, init=False)
+
+    def __post_init__(self) -> None:
+        BaseProvider.__post_init__(self)
+        if self.rho not in ("constant", "kl"):
+            raise ValueError(f"unknown rho {self.rho!r}; valid: constant, kl")
+        for name in ("rho_value", "clip_lower", "clip_upper"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not 0.0 < float(value) <= 1.0:
+                raise ValueError(f"{name} must lie in (0, 1], got {value!r}")
+        if self.clip_lower > self.clip_upper:
+            raise ValueError(f"clip_lower={self.clip_lower} must be <= clip_upper={self.clip_upper}")
+        if self.clip_lower >= 1.0:
+            raise ValueError("clip_lower must be < 1 (the offline init's N_init = 1/(1 − clip_lower))")
+        check_positive(self.d_half, "d_half")
+        check_int(self.offline_n, "offline_n", 1)
+
+    # -- the tracker ----------------------------------------------------------------------------------------------
+    def beta_of(self, prompt_ids: Sequence[str], *, policy: str = "default") -> tuple[FloatArray, FloatArray]:
+        """(α, β) of each prompt; Beta(½, ½) for a prompt never seen nor initialised."""
+        table = self.tracker_.get(policy, {})
+        ab = np.array([table.get(pid, (0.5, 0.5, 0))[:2] for pid in _ids(prompt_ids)], np.float64).reshape(-1, 2)
+        return ab[:, 0], ab[:, 1]
+
+    def init_offline(
+        self, prompt_ids: Sequence[str], successes: FloatArray, trials: FloatArray, *, policy: str = "default"
+    ) -> None:
+        """Start each prompt's Beta from its offline rollouts (module docstring's α₀, β₀).
+
+        Raises:
+            ValueError: more trials than ``offline_n`` (the recipe subsamples them; draw exactly ``offline_n``), or
+                successes outside [0, trials].
+        """
+        ids = _ids(prompt_ids)
+        s, n = as_float_1d(successes, "successes"), as_float_1d(trials, "trials")
+        if not len(ids) == len(s) == len(n):
+            raise ValueError(f"lengths differ: {len(ids)} prompts, {len(s)} successes, {len(n)} trials")
+        if np.any(n > self.offline_n) or np.any((s < 0) | (s > n)):
+            raise ValueError(f"need 0 <= successes <= trials <= offline_n={self.offline_n}")
+        n_init = 1.0 / (1.0 - self.clip_lower)
+        # divided by the configured offline_n, not the trials (the recipe's formula: missing scores count as failures)
+        alpha = n_init * (s + 0.5) / (self.offline_n + 1)
+        beta = n_init * (self.offline_n - s + 0.5) / (self.offline_n + 1)
+        table = self.tracker_.setdefault(policy, {})
+        for pid, a, b in zip(ids, alpha, beta, strict=True):
+            table[pid] = [float(a), float(b), 0]  # α, β, visits (an offline init is not a visit)
+
+    def observe_drift(self, prompt_ids: Sequence[str], drift: FloatArray) -> None:
+        """Record each prompt's drift D since its last visit, read by the next :meth:`update` (``rho="kl"``)."""
+        d = as_float_1d(drift, "drift", allow_empty=True)
+        ids = _ids(prompt_ids)
+        if len(d) != len(ids):
+            raise ValueError(f"{len(ids)} prompts but {len(d)} drifts")
+        self.drift_.update({pid: float(x) for pid, x in zip(ids, d, strict=True)})
+
+    def discount(self, prompt_ids: Sequence[str], *, policy: str = "default") -> FloatArray:
+        """(G,) the ρ the next update applies to each prompt.
+
+        Raises:
+            ValueError: ``rho="kl"`` and a prompt seen before has no drift observed (the runner must supply it).
+        """
+        ids = _ids(prompt_ids)
+        if self.rho == "constant":
+            return np.full(len(ids), float(self.rho_value))
+        seen = self.tracker_.get(policy, {})
+        missing = [pid for pid in ids if pid not in self.drift_ and seen.get(pid, (0, 0, 0))[2] > 0]
+        if missing:
+            raise ValueError(
+                f"spo prior with rho='kl' needs the policy's drift of every revisited prompt ({len(missing)} missing, "
+                f"e.g. {missing[0]!r}): v05 train computes it; elsewhere use prior.options.rho=constant"
+            )
+        return rho_from_drift([self.drift_.get(pid, 0.0) for pid in ids], d_half=self.d_half,
+                              clip_lower=self.clip_lower, clip_upper=self.clip_upper)  # fmt: skip
+
+    # -- the provider interface ----------------------------------------------------------------------------------
+    def predict(self, prompt_ids: Sequence[str], texts: Sequence[str], *, policy: str = "default") -> PriorPrediction:
+        """V = 2α/(α + β) − 1 and n0 = α + β per prompt (the tracker before this step's outcomes)."""
+        ids = _ids(prompt_ids)
+        alpha, beta = self.beta_of(ids, policy=policy)
+        n0 = alpha + beta  # (G,)
+        p_hat = alpha / n0  # (G,)
+        mean = 2.0 * p_hat - 1.0  # (G,) ±1 space
+        tau2 = 4.0 * alpha * beta / (n0 * n0 * (n0 + 1.0))  # (G,) Var of 2p − 1 under Beta(α, β)
+        for i, pid in enumerate(ids):  # the outcomes of this step calibrate the provider (BaseProvider.record)
+            self.pending_[(policy, pid)] = (float(mean[i]), 0.0, float(mean[i]))
+        return PriorPrediction(mean, tau2, n0)
+
+    def _parts(self, ids: list[str], texts: list[str], policy: str) -> tuple[FloatArray, FloatArray]:
+        alpha, beta = self.beta_of(ids, policy=policy)
+        return 2.0 * alpha / (alpha + beta) - 1.0, np.zeros(len(ids))
+
+    def _learn(self, ids: list[str], texts: list[str], scores: FloatArray, counts: FloatArray, policy: str) -> None:
+        scores, counts = _outcomes(ids, scores, counts)
+        rho = self.discount(ids, policy=policy)  # (G,)
+        alpha, beta = self.beta_of(ids, policy=policy)
+        s = to_pass_rate(scores, "pm1") * counts  # (G,) successes
+        table = self.tracker_.setdefault(policy, {})
+        for i, pid in enumerate(ids):
+            visits = table.get(pid, (0, 0, 0))[2] + 1
+            table[pid] = [float(rho[i] * alpha[i] + s[i]), float(rho[i] * beta[i] + counts[i] - s[i]), visits]
+            self.drift_.pop(pid, None)
+
+    def state_dict(self) -> dict[str, object]:
+        """JSON state: the base provider's, the tracker and the observed drifts."""
+        return {**BaseProvider.state_dict(self), "tracker": self.tracker_, "drift": self.drift_}
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        """Restore :meth:`state_dict`."""
+        BaseProvider.load_state_dict(self, state)
+        self.tracker_ = {p: {k: [float(a), float(b), int(v)] for k, (a, b, v) in t.items()}
+                         for p, t in state["tracker"].items()}  # type: ignore[attr-defined]  # fmt: skip
+        self.drift_ = {k: float(v) for k, v in state["drift"].items()}  # type: ignore[attr-defined]
+
+
+__all__ = ["Rho", "SpoProvider", "rho_from_drift"]
