@@ -2,23 +2,32 @@
 
     python examples/trl/train_tiny.py      # after: pip install 'v05[train,trl]' (torch==2.13.0 first)
 
-The policy is v05's 0.5 M-parameter character-level Llama built from a config (no download); swap in any causal LM
-and its tokenizer. From random weights it rarely answers right, so the rewards are mostly 0 and the run shows the
-wiring, not learning: `v05 train --config v05-recommended` warm-starts the same policy first.
+The policy is v05's 0.5 M-parameter character-level Llama (no download) after 115 steps of v05's SFT warm start on
+1-digit additions and subtractions (10 % of its sampled answers right on held-out questions): trained on the first
+run (~25 s on 2 CPU cores), then loaded from the cache (~/.cache/v05/warm_start). Swap in any causal LM and its
+tokenizer. The last line prints the mean reward of every 10 steps: it rises (0.37 → 0.58 on the 2-core machine).
 """
 
 from datasets import Dataset
 from v05.adapters.trl import V05GRPOConfig, V05GRPOTrainer, no_checkpointing_args
-from v05.tasks.arithmetic import ArithmeticTask
-from v05.tasks.base import render_prompt
-from v05.train.policy import PolicyConfig, load_policy
+from v05.tasks import make_task
+from v05.train.config import load_config
+from v05.train.policy import load_policy
+from v05.train.warmstart import ensure_warm_start, render_all, warm_policy
 
-task = ArithmeticTask(n_train=512, seed=0)  # v05's embedded add/sub/mul task and its verifier
+overrides = [  # a small task the tiny policy learns in a minute, and 115 SFT steps (no early stop)
+    "task.options={n_train: 96, n_eval: 16, n_val: 40, max_digits: 1, mix: [1.0, 1.0, 0.0]}",
+    "warmup.sft.max_steps=115",
+    "warmup.sft.eval_every=115",
+    "warmup.sft.target_pass_rate=1.0",
+]
+cfg = load_config("v05-recommended", overrides)  # its tiny policy and SFT warm-start recipe
+task = make_task(cfg.task.name, **cfg.task.options)  # v05's embedded arithmetic task and its verifier
 prompts = list(task.train_prompts())
-model, tokenizer = load_policy(PolicyConfig(device="cpu"))
+model, tokenizer = load_policy(warm_policy(cfg, ensure_warm_start(cfg)))  # SFT warm start: trained once, cached
 dataset = Dataset.from_dict(
     {
-        "prompt": [render_prompt(task, p, tokenizer, template="plain") for p in prompts],  # plain strings
+        "prompt": render_all(cfg, task, prompts, tokenizer),  # plain strings, as the warm start saw them
         "prompt_id": [p.key for p in prompts],  # a stable key per prompt: the prior's per-prompt history
     }
 )
@@ -42,16 +51,20 @@ args = V05GRPOConfig(
     **no_checkpointing_args(),  # TRL turns activation checkpointing on by default; a tiny model does not need it
     num_generations=1,  # one rollout per prompt: the prior is the baseline (TRL alone needs >= 2)
     per_device_train_batch_size=64,  # counts completions: 64 prompts x 1 rollout per step
-    max_completion_length=6,
-    max_steps=20,
-    learning_rate=1e-4,
+    max_completion_length=cfg.generation.max_new_tokens,
+    max_steps=60,
+    learning_rate=3e-4,
+    lr_scheduler_type="constant",
     beta=0.0,
-    logging_steps=5,
+    logging_steps=10,
     v05_estimator="v05_eb",  # v05-recommended's estimator: empirical-Bayes fusion of prior and rollouts
     v05_prior="history",  # v05-recommended's: the prompt's own history; a new prompt gets the running policy mean
     v05_reward_range="01",  # "pm1" for rewards on [-1, 1]
+    # SPO instead: v05_estimator="spo", v05_prior="spo", v05_prior_options={"rho": "constant"}, v05_sampler="spo"
 )
 trainer = V05GRPOTrainer(
     model=model, reward_funcs=correct, args=args, train_dataset=dataset, processing_class=tokenizer
 )
-trainer.train()  # logs reward, v05/prior_auc, v05/n0, v05/adv_abs_mean, ... every 5 steps
+trainer.train()  # logs reward, v05/prior_auc, v05/n0, v05/adv_abs_mean, ... every 10 steps
+rewards = [row["reward"] for row in trainer.state.log_history if "reward" in row]
+print("mean reward of every 10 steps:", " ".join(f"{r:.3f}" for r in rewards))

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# V0.5 vs GRPO on DAPO-Math-17k with Qwen3-4B-Instruct-2507 through verl 0.9.1 and the v05 plugin (README.md here).
+# V0.5 vs GRPO (and SPO) on DAPO-Math-17k with Qwen3-4B-Instruct-2507 through verl 0.9.1 and the v05 plugin (README.md here).
 #
 #   METHOD=v05    bash examples/verl/run_qwen3_4b_dapo.sh   # V0.5: prior + shrinkage/test, OSLA k_init 4 -> k_max 16
 #   METHOD=grpo16 bash examples/verl/run_qwen3_4b_dapo.sh   # the paper's baseline: verl's GRPO, 16 rollouts per prompt
 #   METHOD=grpo4  bash examples/verl/run_qwen3_4b_dapo.sh   # GRPO at V0.5's k_init (SPEC §10: always report it)
 #   METHOD=eb1    bash examples/verl/run_qwen3_4b_dapo.sh   # v05-recommended's form: v05_eb + history prior, n = 1
 #   METHOD=eb2    bash examples/verl/run_qwen3_4b_dapo.sh   # the same at n = 2
+#   METHOD=spo    bash examples/verl/run_qwen3_4b_dapo.sh   # SPO (verl's recipe/spo): tracker baseline, n = 1, drawn prompts
 #
 # Extra Hydra overrides are appended (e.g. trainer.total_training_steps=10). Settings marked (paper) follow the V0.5
 # paper (arXiv:2603.10848); the others are our choices (design/methods-v05-v0.md Q10-Q13), identical for all methods.
@@ -154,13 +155,34 @@ EB2=(
     +algorithm.v05.allocator=fixed
 )
 
+# SPO (arXiv:2509.13232; verl's recipe/spo; README.md here: the recipe's keys and these): one rollout per prompt, the
+# spo tracker's value (a per-prompt discounted Beta) as the baseline normalised over the batch (v05_spo), and the
+# batch drawn from data.gen_batch_size = 14000 candidates (the recipe's pool) by the tracker's uncertainty,
+# w = sqrt(p(1 - p)) + 0.05. rho=constant at the recipe's rho.value: its default rho=kl reads actor log-probs that the
+# trainer mode does not compute (refused). 2048 prompts x 1 = the same 2048 rollouts per step as GRPO16.
+SPO=(
+    trainer.v1.trainer_mode=v05
+    algorithm.adv_estimator=v05_spo
+    data.train_batch_size=2048
+    data.gen_batch_size=14000
+    actor_rollout_ref.rollout.n=1
+    actor_rollout_ref.actor.ppo_mini_batch_size=512
+    +algorithm.v05.reward_range=pm1
+    +algorithm.v05.key_field=index
+    +algorithm.v05.provider=spo
+    +algorithm.v05.provider_options.rho=constant
+    +algorithm.v05.provider_options.rho_value=0.875
+    +algorithm.v05.allocator=spo
+)
+
 case "${METHOD}" in
     v05) METHOD_ARGS=("${V05[@]}") ;;
     grpo16) METHOD_ARGS=("${GRPO16[@]}") ;;
     grpo4) METHOD_ARGS=("${GRPO4[@]}") ;;
     eb1) METHOD_ARGS=("${EB1[@]}") ;;
     eb2) METHOD_ARGS=("${EB2[@]}") ;;
-    *) echo "METHOD must be v05, grpo16, grpo4, eb1 or eb2, got ${METHOD}" >&2; exit 2 ;;
+    spo) METHOD_ARGS=("${SPO[@]}") ;;
+    *) echo "METHOD must be v05, grpo16, grpo4, eb1, eb2 or spo, got ${METHOD}" >&2; exit 2 ;;
 esac
 
 python3 -m verl.trainer.main_ppo "${COMMON[@]}" "${METHOD_ARGS[@]}" "$@"

@@ -27,6 +27,7 @@ EXTRAS = {
     "tabpfn": "tabpfn",
     "gguf": "lm",
     "peft": "lm",
+    "accelerate": "lm",  # peft's dependency; transformers needs it to load a GGUF
     "trl": "trl",
     "verl": "verl",
     "vllm": "vllm",

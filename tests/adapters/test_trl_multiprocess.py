@@ -27,12 +27,14 @@ import torch  # noqa: E402
 
 import v05.adapters.trl as trl_adapter  # noqa: E402
 import v05.round as round_module  # noqa: E402
-from tests.adapters.test_trl import Recording, arithmetic_setup, config, odd_first_char  # noqa: E402
+from tests.adapters.test_trl import arithmetic_setup, config, odd_first_char  # noqa: E402
+from tests.adapters.test_trl_spo import DrawRecording  # noqa: E402
 from v05.priors import make_provider  # noqa: E402
 from v05.round import state_to_json  # noqa: E402
 
 PER_RANK = {4: 6, 1: 3}  # rollouts per rank and step by K: at K = 4, 12 a step = 3 groups, the middle one straddling
 # the two ranks; at K = 1, 6 one-rollout groups a step (of the 8 prompts)
+MODES = {"4": 4, "1": 1, "spo": 1}  # the test's modes → K; "spo": K = 1 with v05_sampler="spo" (6 of the 8 drawn)
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -68,9 +70,10 @@ class RankSkewedSpy:
         self.inner.load_state_dict(state)
 
 
-def _rank(rank: int, out_dir: Path, k: int) -> None:
-    """One rank: 2 training steps of v05_eb + the spy prior at K = ``k``; pickles priors, advantages, state, calls
-    and metrics."""
+def _rank(rank: int, out_dir: Path, mode: str) -> None:
+    """One rank: 2 training steps of v05_eb + the spy prior at K = ``MODES[mode]`` (``"spo"``: with the spo sampler);
+    pickles priors, advantages, state, calls, metrics and the sampler's draws."""
+    k = MODES[mode]
     torch.set_num_threads(1)
     world = 2
     os.environ |= {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_WORLD_SIZE": str(world)}
@@ -94,8 +97,9 @@ def _rank(rank: int, out_dir: Path, k: int) -> None:
         save_steps=2,
         save_only_model=True,
         ddp_backend="gloo",
+        **({"v05_sampler": "spo"} if mode == "spo" else {}),
     )
-    trainer = Recording(
+    trainer = DrawRecording(
         model=model, reward_funcs=odd_first_char, args=args, train_dataset=dataset, processing_class=tokenizer
     )
     trainer.train()
@@ -111,6 +115,8 @@ def _rank(rank: int, out_dir: Path, k: int) -> None:
         "state": state_to_json(trainer.v05_state),
         "provider_state": spies[0].state_dict() if spies else None,
         "metrics": [{k: v for k, v in row.items() if k.startswith("v05/")} for row in trainer.state.log_history],
+        "draws": [rows.tolist() for _, rows, _ in trainer.draws],
+        "ids": list(dataset["prompt_id"]),
     }
     with open(out_dir / f"rank{rank}.pkl", "wb") as fh:
         pickle.dump(record, fh)
@@ -122,17 +128,18 @@ def _rank(rank: int, out_dir: Path, k: int) -> None:
     os._exit(0)
 
 
-@pytest.mark.parametrize("k", [4, 1])
-def test_two_processes_share_the_main_process_prior(tmp_path, k):
-    """2 ranks × 2 steps (gloo), at K = 4 and at one rollout per prompt: predict/update run on rank 0 only; both
-    ranks hold the same prior, full-batch advantages, estimator state and v05/* metrics although each rank's provider
-    would predict differently; each rank hands TRL its own slice; rank 0's checkpoint holds the provider and
-    estimator states."""
+@pytest.mark.parametrize("mode", list(MODES))
+def test_two_processes_share_the_main_process_prior(tmp_path, mode):
+    """2 ranks × 2 steps (gloo), at K = 4, at one rollout per prompt, and at one with the spo sampler: predict/update
+    run on rank 0 only; both ranks hold the same prior, full-batch advantages, estimator state and v05/* metrics
+    although each rank's provider would predict differently; each rank hands TRL its own slice; rank 0's checkpoint
+    holds the provider and estimator states. With the sampler, rank 0 draws each generation batch and both ranks
+    yield the same rows: the gathered batch is the draw, rank 0's rows first."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     env |= {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     env["CUDA_VISIBLE_DEVICES"] = ""
     proc = subprocess.Popen(
-        [sys.executable, __file__, str(tmp_path), str(k)],
+        [sys.executable, __file__, str(tmp_path), mode],
         env=env,
         cwd=REPO,
         stdout=subprocess.PIPE,
@@ -148,10 +155,13 @@ def test_two_processes_share_the_main_process_prior(tmp_path, k):
         pytest.fail(f"the 2-process run did not finish in 240 s:\n{output[-6000:]}")
     assert proc.returncode == 0, output[-6000:]
     r0, r1 = (pickle.loads((tmp_path / f"rank{r}.pkl").read_bytes()) for r in (0, 1))
+    k = MODES[mode]
     per_rank = PER_RANK[k]
 
     assert (r0["rank"], r1["rank"], r0["world"]) == (0, 1, 2)
-    assert r0["calls"] == ["predict", "update"] * 2 and r0["has_provider"]  # 2 steps, main process only
+    draws = len(r0["draws"])  # the sampler's predicts (before, between and after the 2 steps' predict/update)
+    assert sorted(r0["calls"]) == sorted(["predict", "update"] * 2 + ["predict"] * draws) and r0["has_provider"]
+    assert (draws >= 2) == (mode == "spo") and r0["draws"] == r1["draws"]  # the ranks yield the same rows
     assert r1["calls"] == [] and not r1["has_provider"]
     assert len(r0["batches"]) == len(r1["batches"]) == 2
     for b0, b1 in zip(r0["batches"], r1["batches"], strict=True):
@@ -162,6 +172,8 @@ def test_two_processes_share_the_main_process_prior(tmp_path, k):
         np.testing.assert_array_equal(adv0, adv1)
         assert (slice0, slice1) == (slice(0, per_rank), slice(per_rank, 2 * per_rank))  # TRL's process_slice
         np.testing.assert_allclose(np.concatenate([handed0, handed1]), adv0, atol=1e-6)  # float32 round trip
+    for (_, _, _, keys, _, _), rows in zip(r0["batches"], r0["draws"], strict=False):
+        assert list(keys) == [r0["ids"][i] for i in rows]  # the gathered batch is rank 0's draw, in order
     assert r0["state"] is not None and r0["state"]["type"] == "PriorErrorState"
     assert r0["state"] == r1["state"]
     assert sum(r0["state"]["data"]["count"]) == 2 * 2 * per_rank // k  # 2 steps × 3 (K = 4) or 6 (K = 1) groups
@@ -174,5 +186,5 @@ def test_two_processes_share_the_main_process_prior(tmp_path, k):
 
 if __name__ == "__main__":
     torch.multiprocessing.start_processes(
-        _rank, args=(Path(sys.argv[1]), int(sys.argv[2])), nprocs=2, start_method="fork"
+        _rank, args=(Path(sys.argv[1]), sys.argv[2]), nprocs=2, start_method="fork"
     )

@@ -50,7 +50,7 @@ from v05.estimators import PriorErrorState  # noqa: E402
 from v05.groups import group_index  # noqa: E402
 from v05.priors import group_outcomes  # noqa: E402
 from v05.priors.guard import PriorGuard  # noqa: E402
-from v05.registry import estimate  # noqa: E402
+from v05.registry import ESTIMATORS, estimate  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCH = ROOT / "examples" / "verl" / "run_qwen3_4b_dapo.sh"
@@ -274,6 +274,7 @@ def test_register_is_idempotent_and_leaves_verl_names_alone():
     assert set(VERL_ESTIMATORS) == {"v05", "v05_eb", "v05_dbb", "v05_grpo", "v05_drgrpo", "v05_rloo"} | {
         "v05_reinforce_pp_baseline",
         "v05_reinforce_pp",
+        "v05_spo",
     }
     assert core_algos.get_adv_estimator_fn("grpo") is core_algos.compute_grpo_outcome_advantage
     with pytest.raises(ValueError, match="not a v05 estimator"):
@@ -349,7 +350,7 @@ def test_dispatch_through_verl_equals_the_core(name, reward_range):
         if VERL_ESTIMATORS[name] == "dbb":
             options["prompt_ids"] = np.array([str(100 + x) for x in group[first]])
             options["step"] = seed  # the bound training step
-        uses_prior = VERL_ESTIMATORS[name] in ("v05", "v05_eb")
+        uses_prior = ESTIMATORS[spec_name].uses_prior
         expected = estimate(
             spec_name, rewards, g, prior=prior_rs[group[first]] if uses_prior else None, reward_range=reward_range,
             **options,
@@ -635,9 +636,11 @@ def build_trainer(config, tq, pass_rates, seed=0, **script):
         }
         for i in range(len(pass_rates))
     ]
-    trainer.train_dataloader = StatefulDataLoader(rows, batch_size=P, shuffle=False, collate_fn=collate_fn)
+    fetch = config.data.get("gen_batch_size") or config.data.train_batch_size  # verl's dataloader batch
+    trainer.train_dataloader = StatefulDataLoader(rows, batch_size=fetch, shuffle=False, collate_fn=collate_fn)
     trainer.train_dataloader_it = None
-    trainer.total_training_steps, trainer.steps_per_epoch, trainer.global_steps = 3, len(rows) // P, 0
+    trainer.total_training_steps, trainer.global_steps = 3, 0
+    trainer.steps_per_epoch = len(rows) // config.data.train_batch_size
     trainer.actor_rollout_wg = ActorRecorder(tq)
     trainer.checkpoint_manager = SimpleNamespace(update_weights=lambda step: None, sleep_replicas=lambda: None)
     trainer.reward_loop_manager = SimpleNamespace(reward_loop_worker_handles=[object()])  # rewards come with rollouts
@@ -1059,19 +1062,20 @@ def launch_arrays():
     """The override arrays of examples/verl/run_qwen3_4b_dapo.sh, shell-split, with ${VAR} left for the test."""
     text = LAUNCH.read_text()
     arrays = {}
-    for name in ("COMMON", "GRPO16", "GRPO4", "V05", "EB1", "EB2"):
+    for name in ("COMMON", "GRPO16", "GRPO4", "V05", "EB1", "EB2", "SPO"):
         body = text.split(f"\n{name}=(\n", 1)[1].split("\n)\n", 1)[0]
         lines = [line for line in body.splitlines() if line.strip() and not line.strip().startswith("#")]
         arrays[name] = [arg for line in lines for arg in shlex.split(line)]
     return arrays
 
 
-@pytest.mark.parametrize("method", ["V05", "GRPO16", "GRPO4", "EB1", "EB2"])
+@pytest.mark.parametrize("method", ["V05", "GRPO16", "GRPO4", "EB1", "EB2", "SPO"])
 def test_launch_script_overrides_compose_with_verls_config(method):
     """Every override of the launch script is a valid key of verl 0.9.1's Hydra config (``+`` exactly for v05's
     keys); V0.5 runs the v05 trainer mode with the paper's OSLA settings; the GRPO runs use verl's grpo at 16 and 4
     rollouts with 2048 rollouts per step; EB1/EB2 run v05-recommended's form (v05_eb + history, fixed budgets) at
-    n = 1 and 2 with the same 2048 rollouts per step."""
+    n = 1 and 2 with the same 2048 rollouts per step; SPO runs v05_spo with the spo tracker (ρ constant) and the spo
+    draw from the recipe's 14,000 candidates, 2048 prompts × 1 rollout."""
     arrays = launch_arrays()
     env = {"TRAIN_FILE": "/d/train.parquet", "VAL_FILE": "/d/val.parquet", "MODEL": "m", "NNODES": "4"}
     env |= {"GPUS_PER_NODE": "8", "METHOD": method.lower(), "PRIOR_BACKEND": "minilm", "V05_PROMPTS": "384"}
@@ -1095,6 +1099,12 @@ def test_launch_script_overrides_compose_with_verls_config(method):
         assert v.provider == "history" and v.allocator == "fixed" and v.reward_range == "pm1"
         assert v.options == {"scale": "none"} and v.text_field == "question" and v.key_field == "index"
         assert not cfg.algorithm.filter_groups.enable
+    elif method == "SPO":
+        v = VerlConfig.from_algorithm(cfg.algorithm)
+        assert cfg.trainer.v1.trainer_mode == "v05" and cfg.algorithm.adv_estimator == "v05_spo"
+        assert cfg.actor_rollout_ref.rollout.n == 1 and cfg.data.train_batch_size == 2048
+        assert cfg.data.gen_batch_size == 14000 and v.allocator == "spo" and v.reward_range == "pm1"
+        assert v.provider == "spo" and v.provider_options == {"rho": "constant", "rho_value": 0.875}
     else:
         k = cfg.actor_rollout_ref.rollout.n
         assert cfg.algorithm.adv_estimator == "grpo" and cfg.trainer.v1.trainer_mode == "sync"

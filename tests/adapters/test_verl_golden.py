@@ -286,8 +286,10 @@ def assert_same(golden: Any, current: Any, what: str, *, rel_tol: float = 0.0) -
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_verl_estimators_on_the_synthetic_trace_equal_the_golden(golden, variant):
     """Every ``VERL_ESTIMATORS`` name over the 4-step trace of this variant: the advantages verl receives, the float64
-    estimate, padding/output counts and the carried state, step by step, exactly as before the refactor."""
-    assert sorted(golden["trace"][variant]) == sorted(VERL_ESTIMATORS), "the verl estimator names changed"
+    estimate, padding/output counts and the carried state, step by step, exactly as before the refactor. An estimator
+    registered since (``v05_spo``) has no golden numbers; none of the recorded ones may disappear."""
+    missing = sorted(set(golden["trace"][variant]) - set(VERL_ESTIMATORS))
+    assert not missing, f"verl estimator(s) of the golden file no longer registered: {missing}"
     for name, steps in golden["trace"][variant].items():
         current = estimator_trace(name, variant)
         for g, c in zip(steps, current, strict=True):

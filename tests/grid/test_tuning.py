@@ -8,12 +8,11 @@ import numpy as np
 import pytest
 import yaml
 
-from tests.grid._grids import REPO, tuning_grid
+from tests.grid._grids import REPO, finish, tuning_grid
 from v05.grid.cells import grid_cells, tuning_cells
 from v05.grid.results import matrix_results
 from v05.grid.run import bench_matrix
 from v05.grid.spec import load_grid
-from v05.grid.store import STORED_NAME
 from v05.grid.tuning import choose_settings, recommendation, recommended_config, recommended_yaml, tuning_score
 from v05.train.config import load_config
 from v05.train.warmstart import warm_start_dir
@@ -28,17 +27,11 @@ def test_choose_settings_by_hand(tmp_path, tiny_grid):
     assert [c.cfg.train.batch_size for c in cells] == [8, 8, 4]  # half: 8 prompts → 4
     assert cells[1].cfg.optim.lr == 2.0e-3 and all(c.cfg.seed == 7 for c in cells)
 
-    def fake(cell, evals):
-        cell.run_dir.mkdir(parents=True, exist_ok=True)
-        rows = [{"step": i, "rollouts_total": 10 * i, "eval_pass_rate": e} for i, e in enumerate(evals)]
-        (cell.run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-        (cell.run_dir / STORED_NAME).write_text("{}")
-
-    fake(cells[0], [0.9, 0.3, 0.5])  # the start (0.9) does not count: mean 0.4
-    fake(cells[1], [0.0, 0.4, 0.6])  # 0.5: the best
+    finish(cells[0], [0.9, 0.3, 0.5])  # the start (0.9) does not count: mean 0.4
+    finish(cells[1], [0.0, 0.4, 0.6])  # 0.5: the best
     assert choose_settings(grid, cells) == {("tiny-easy", "grpo4"): None}  # "half" has not finished
     assert recommendation(grid, cells) is None
-    fake(cells[2], [0.0, 0.5, 0.5])  # ties lr-high: the earlier setting wins
+    finish(cells[2], [0.0, 0.5, 0.5])  # ties lr-high: the earlier setting wins
     assert choose_settings(grid, cells) == {("tiny-easy", "grpo4"): "lr-high"}
     rec = recommendation(grid, cells)
     assert (rec["method"], rec["setting"], rec["scores"]) == ("grpo4", "lr-high", {"tiny-easy": 0.5})
@@ -52,7 +45,7 @@ def test_choose_settings_by_hand(tmp_path, tiny_grid):
     # instead of failing, and the pick is there
     rloo = [c for c in grid_cells(grid, tmp_path / "mx", choices={}) if c.method.name == "rloo"]
     assert [c.run_dir.name for c in rloo] == ["rloo-s0"]
-    fake(rloo[0], [0.0, 0.2])
+    finish(rloo[0], [0.0, 0.2])
     partial = matrix_results(grid, rloo, cells)
     assert partial["tasks"] == {} and partial["pending"]["tiny-easy"]["tuning"]["grpo4"]["chosen"] == "lr-high"
     text = recommended_yaml(grid, rec, "v05 bench matrix g.yaml --recommended r.yaml")

@@ -19,9 +19,13 @@ def write_run(root: Path, dirname: str, *, name: str | None, seed: int = 0, line
     return path
 
 
-def eval_run(root: Path, dirname: str, name: str, seed: int, points, *, extra=None, compute_per_rollout=None) -> Path:
+def eval_run(
+    root: Path, dirname: str, name: str, seed: int, points, *, extra=None, compute_per_rollout=None,
+    compute_user_per_rollout=None,
+) -> Path:  # fmt: skip
     """A run with one eval per step: points = [(rollouts_total, eval_pass_rate), ...]; steps 1, 2, ...; with
-    ``compute_per_rollout`` the rows carry compute_total = rollouts_total × it."""
+    ``compute_per_rollout`` the rows carry compute_total = rollouts_total × it, with ``compute_user_per_rollout``
+    compute_user = rollouts_total × it."""
     lines = []
     for step, (rollouts, rate) in enumerate(points, start=1):
         line = {
@@ -34,5 +38,7 @@ def eval_run(root: Path, dirname: str, name: str, seed: int, points, *, extra=No
         line.update(extra or {})
         if compute_per_rollout is not None:
             line["compute_total"] = rollouts * compute_per_rollout
+        if compute_user_per_rollout is not None:
+            line["compute_user"] = rollouts * compute_user_per_rollout
         lines.append(line)
     return write_run(root, dirname, name=name, seed=seed, lines=lines)

@@ -24,7 +24,7 @@ FULL = {
 def _runs(tmp_path, *, extra=None, names=("grpo4", "v05")):
     dirs = [
         eval_run(tmp_path, f"{name}_{seed}", name, seed, [(64, 0.1 + 0.1 * seed), (128, 0.3), (192, 0.4)], extra=extra,
-                 compute_per_rollout=20 if extra else None)
+                 compute_per_rollout=20 if extra else None, compute_user_per_rollout=30 if extra else None)
         for name in names
         for seed in (0, 1)
     ]
@@ -37,11 +37,11 @@ def test_report_is_self_contained_with_table_and_figures(tmp_path):
     path = write_report(_runs(tmp_path, extra=FULL), out, title="demo")
     page = path.read_text()
     assert path == out / "report.html"
-    assert page.count("data:image/png;base64,") == 11
+    assert page.count("data:image/png;base64,") == 12
     assert '<table class="summary">' in page and "grpo4 (reference)" in page and "0.400 ± 0.000" in page
     assert "Equal rollouts consumed" in page and "not drawn" not in page
-    for name in ("eval_vs_rollouts", "eval_vs_compute", "eval_vs_steps", "eval_vs_wall_time", "train_pass_rate",
-                 "grad_norm", "entropy"):
+    for name in ("eval_vs_rollouts", "eval_vs_compute", "eval_vs_compute_user", "eval_vs_steps", "eval_vs_wall_time",
+                 "train_pass_rate", "grad_norm", "entropy"):
         assert (out / f"{name}.png").stat().st_size > 1000
     assert (out / "rollouts_per_prompt.png").is_file() and (out / "zero_adv.png").is_file()
     assert (out / "value_quality.png").is_file() and (out / "prior.png").stat().st_size > 1000
@@ -61,9 +61,10 @@ def test_a_missing_metric_skips_its_figure_and_says_so(tmp_path):
     """Runs that log no grad_norm, entropy, k or zero-advantage fraction: those figures are skipped and listed."""
     out = tmp_path / "out"
     page = write_report(_runs(tmp_path), out).read_text()
-    for name in ("grad_norm", "entropy", "rollouts_per_prompt", "zero_adv"):
+    for name in ("grad_norm", "entropy", "rollouts_per_prompt", "zero_adv", "eval_vs_compute_user"):
         assert not (out / f"{name}.png").exists()
         assert f"<code>{name}.png</code>: skipped: no run logs" in page
+    assert "no run logs eval_pass_rate with compute_user" in page
     assert (out / "eval_vs_rollouts.png").is_file() and page.count("data:image/png;base64,") == 4
 
 
@@ -81,4 +82,5 @@ def test_render_table_is_plain_text(tmp_path):
     """The terminal table names every method, marks the reference and shows the target, without colour codes."""
     text = render_table(summary_table(group_runs(_runs(tmp_path, extra=FULL))))
     assert "grpo4 *" in text and "v05" in text and "target eval pass rate 0.400" in text
+    assert "compute ÷ ref" in text and "user compute ÷ ref" in text  # both compute ratios
     assert "\x1b[" not in text

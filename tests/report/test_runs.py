@@ -240,3 +240,22 @@ def test_summary_gives_the_compute_ratio_beside_the_rollout_ratio(tmp_path):
     assert rows["ppo"]["reach_ratio"] == pytest.approx(1.0)
     assert rows["ppo"]["reach_compute_ratio"] == pytest.approx(3.0)
     assert rows["grpo4"]["compute_total"] == 3000 and rows["ppo"]["compute_total"] == 9000
+
+
+def test_summary_gives_the_user_compute_ratio_beside_this_trainers(tmp_path):
+    """Both compute ratios: GRPO k = 4 shares its groups' prompts in this trainer's update (10 token-passes per
+    rollout here, 16 as a TRL/verl user pays them), a k = 1 method shares nothing (15 both ways). Same eval curve in
+    rollouts: compute ratio 15/10 = 1.5 in this trainer's compute, 15/16 = 0.9375 in the user's. Runs that log no
+    compute_user (written before it existed) get None, not a ratio."""
+    runs = [
+        load_run(eval_run(tmp_path, f"{name}{seed}", name, seed, [(100, 0.1), (200, 0.3), (300, 0.4)],
+                          compute_per_rollout=cpr, compute_user_per_rollout=upr))
+        for name, cpr, upr in (("grpo4", 10, 16), ("k1", 15, 15), ("old", 15, None))
+        for seed in (0, 1)
+    ]  # fmt: skip
+    rows = {r["method"]: r for r in summary_table(group_runs(runs), reference="grpo4")}
+    assert rows["k1"]["reach_compute_ratio"] == pytest.approx(1.5)
+    assert rows["k1"]["reach_compute_user_ratio"] == pytest.approx(15 / 16)
+    assert rows["grpo4"]["compute_user"] == 4800 and rows["k1"]["compute_user"] == 4500
+    assert rows["old"]["reach_compute_ratio"] == pytest.approx(1.5)
+    assert rows["old"]["reach_compute_user_ratio"] is None and rows["old"]["compute_user"] is None

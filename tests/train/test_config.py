@@ -57,6 +57,29 @@ def test_quick_shrinks_any_config():
     assert quick_config(load_config("demo-v05", ["warmup.sft.eval_every=5"])).warmup.sft.eval_every == 5
 
 
+@pytest.mark.parametrize(("name", "k", "prompts"), [("v05-recommended", 1, 16), ("demo-grpo4", 4, 4),
+                                                    ("demo-grpo16", 16, 1), ("demo-v05", 4, 4)])  # fmt: skip
+def test_quick_on_a_real_checkpoint_plans_a_minute_or_two(name, k, prompts):
+    """--quick on a real checkpoint (SmolLM2, ~2 s a rollout on CPU; v05-recommended used to plan 1,536 rollouts,
+    ~50 min) runs ≤ 2 steps of ⌊16 / k⌋ prompts (≤ 32 rollouts), ≤ 16 new tokens, eval on ≤ 8 prompts at the start
+    and the end, and ≤ 2 SFT steps of ≤ 8 examples checked on ≤ 8 validation prompts; the method is kept, and the tiny
+    policy's quick config (pinned by the golden quick runs) is not touched."""
+    real = load_config(name, ["policy.name_or_path=smollm2-135m-instruct"], quick=True)
+    tiny = load_config(name, quick=True)
+    assert (real.estimator, real.allocator, real.prior) == (tiny.estimator, tiny.allocator, tiny.prior)
+    assert real.allocator.options.get("k", real.allocator.options.get("k_init")) == k
+    t = real.train
+    assert (t.steps, t.batch_size) == (2, prompts) and t.max_rollouts in (None, 32) and t.steps * prompts * k <= 32
+    assert real.generation.max_new_tokens <= 16 and real.eval.size == 8 and real.eval.every == 3
+    w = real.warmup
+    assert (w.sft.max_steps, w.sft.batch_size, w.sft.eval_every, w.eval_size, w.n_examples) == (2, 8, 2, 8, 64)
+    evals = 2 * real.eval.size * (2 if real.eval.greedy else 1)  # at the start and after the last step
+    assert t.steps * prompts * k + evals + w.eval_size <= 80  # rollout-sized units: ~1-2 min at ~1-2 s each
+    full = load_config(name)
+    assert (tiny.train.steps, tiny.train.batch_size) == (6, min(full.train.batch_size, 16)) and tiny.eval.size == 64
+    assert tiny.warmup.sft.max_steps == 200 and tiny.generation == full.generation
+
+
 @pytest.mark.parametrize(
     ("overrides", "field"),
     [

@@ -69,3 +69,20 @@ def test_missing_wheel_gguf_package_or_file_say_how_to_fix_it(model_cache, monke
         load_policy(PolicyConfig(name_or_path=str(tmp_path), gguf_file="nope.gguf", device="cpu"))
     with pytest.raises(ValueError, match="not with name_or_path='tiny-llama'"):
         PolicyConfig(gguf_file="model.gguf")
+
+
+def test_a_missing_accelerate_is_v05s_one_line_before_the_gguf_load(model_cache, monkeypatch):
+    """With ``v05[train]`` but not ``v05[lm]``, accelerate (peft's dependency, which transformers requires to load a
+    GGUF) is missing: the load stops before dequantising with v05's one line naming ``pip install 'v05[lm]'``, not
+    transformers' "accelerate is required when loading a GGUF file `pip install accelerate`"."""
+    import transformers.modeling_utils as modeling_utils
+
+    monkeypatch.setitem(sys.modules, "accelerate", None)  # not installed, as the import system sees it
+    monkeypatch.setattr(modeling_utils, "is_accelerate_available", lambda *a, **k: False)  # as transformers sees it
+    with pytest.raises(ValueError) as err:
+        load_policy(PolicyConfig(name_or_path=SMOLLM2_NAME, device="cpu"))
+    message = str(err.value)
+    assert "\n" not in message and "accelerate is required" not in message
+    assert message == ("policy GGUF 'SmolLM2-135M-Instruct.Q4_1.gguf' needs accelerate, not installed: "
+                       "pip install 'v05[lm]'")  # fmt: skip
+    assert not model_cache.exists() or not any(model_cache.iterdir())  # stopped before dequantising

@@ -33,7 +33,12 @@ Deviations from TRL and limits:
   ``"sum_then_normalize"``. With ``v05_estimator="grpo"`` the advantages differ from TRL's by the ε in
   (r − r̄)/(std + ε): v05 (as verl) uses 1e-6, TRL 1e-4 (``v05_estimator_options={"eps": 1e-4}`` matches TRL).
 - Fixed K only: TRL samples ``num_generations`` rollouts for every prompt, so OSLA's per-prompt extra rollouts
-  (and any allocator but ``fixed``) are refused; use v05's trainer or the verl plugin for ragged budgets.
+  (and any allocator but ``fixed``) are refused; use v05's trainer or the verl plugin for ragged budgets. Which
+  prompts a generation batch holds is open: ``v05_sampler="spo"`` replaces TRL's sampler of the train dataset with
+  SPO's prioritised draw from a candidate pool, through the round's allocator on the main process (broadcast); its
+  draw may miss the latest batch's outcomes, as accelerate's data loader reads a batch ahead
+  (:mod:`v05.adapters.trl_sampler`). SPO's ``rho="kl"`` needs the policy's drift, which only v05's trainer measures:
+  refused (``rho="constant"`` runs).
 - Evaluation batches use the prior but do not update it or the estimator state. A checkpoint without
   ``v05_state.json`` (e.g. saved by plain TRL) resumes with a fresh provider and estimator state, with a warning.
 
@@ -60,21 +65,32 @@ import os
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
 import trl
 from accelerate.utils import broadcast_object_list, gather_object
 from packaging.version import InvalidVersion, Version
+from torch.utils.data import IterableDataset, Sampler
 from transformers import TrainingArguments
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
+import datasets
 from v05._checks import REWARD_RANGES, reward_range_text
 from v05._types import FloatArray, IntArray
-from v05.adapters.trl_batch import V05Batch, _group_keys, _prompt_text, _row_key
-from v05.adapters.trl_options import _estimator_options, _scale_rewards
+from v05.adapters.trl_batch import V05Batch, _dataset_keys, _group_keys, _prompt_text, _row_key
+from v05.adapters.trl_options import (
+    SAMPLERS,
+    _builds_provider,
+    _estimator_options,
+    _needs_drift,
+    _sampler,
+    _scale_rewards,
+)
 from v05.adapters.trl_rewards import _guard_rewards, _GuardedReward, _weighted_rewards
+from v05.adapters.trl_sampler import PoolSampler
+from v05.allocation import Allocation
 from v05.estimators import Estimate
 from v05.priors import PROVIDERS, Calibration, check_provider_options
 from v05.priors.guard import PriorGuard
@@ -91,6 +107,7 @@ FIXED_K_MESSAGE = (
 )
 STATE_FILE = "v05_state.json"
 """The file in each TRL checkpoint folder with the provider, prior-guard and estimator states (the main process's)."""
+_T = TypeVar("_T")
 GRPOConfig = trl.GRPOConfig
 """TRL's own config, unchanged: for v05 modules that run plain TRL (the benches) without importing ``trl``."""
 GRPOTrainer = trl.GRPOTrainer
@@ -150,6 +167,12 @@ class V05GRPOConfig(trl.GRPOConfig):
         v05_feed_n0: give the provider's pseudo-count n0 to estimators with an ``n0`` option (``v05_eb``) unless
             ``v05_estimator_options`` fixes ``n0``.
         v05_allocator: only ``"fixed"``: TRL samples K = ``num_generations`` rollouts for every prompt.
+        v05_sampler: how each generation batch's prompts are chosen: None (TRL's own shuffled sampler) or
+            ``"spo"``: SPO's prioritised sampling, B prompts drawn from a pool of ``pool_factor``·B candidates by
+            w = √(p̂(1 − p̂)) + ε on the prior's p̂ (:class:`v05.allocation.spo.SpoSample` through the round; the draw
+            may lag the tracker by one generation batch: :mod:`v05.adapters.trl_sampler`). Needs ``v05_prior``.
+        v05_sampler_options: the sampler's options (``"spo"``: ``pool_factor``, default 4, and ``epsilon``, 0.05);
+            ``k`` and ``batch_size`` are the adapter's (``num_generations``, the generation batch's prompts).
         v05_reward_range: the scale of TRL's weighted reward sum Σ_f w_f·r_f: ``"01"`` ([0, 1], e.g. 0/1
             correctness) or ``"pm1"`` ([−1, 1], e.g. ±1 as verl's DAPO scorer). The estimator and the prior work on
             it (at ``scale="none"`` a ±1 reward gives twice the advantage of a 0/1 one).
@@ -186,6 +209,12 @@ class V05GRPOConfig(trl.GRPOConfig):
     )
     v05_feed_n0: bool = field(default=True, metadata={"help": "Give the provider's n0 to estimators with an n0."})
     v05_allocator: str = field(default="fixed", metadata={"help": "Only 'fixed' (TRL's K per prompt)."})
+    v05_sampler: str | None = field(
+        default=None, metadata={"help": "None (TRL's sampler) or 'spo' (SPO's prioritised draw from a pool)."}
+    )
+    v05_sampler_options: dict[str, Any] = field(
+        default_factory=dict, metadata={"help": "Options of the sampler ('spo': pool_factor, epsilon)."}
+    )
     v05_reward_range: str = field(
         default="01",
         metadata={"help": "Scale of the weighted reward sum: '01' ([0, 1], pass = 1) or 'pm1' ([-1, 1], pass = 1)."},
@@ -209,7 +238,8 @@ class V05GRPOConfig(trl.GRPOConfig):
         check_trl_version()
         if self.v05_allocator != "fixed":
             known = "" if self.v05_allocator in ALLOCATORS else f" (and {self.v05_allocator!r} is not a v05 allocator)"
-            raise ValueError(f"v05_allocator={self.v05_allocator!r} is not available{known}: {FIXED_K_MESSAGE}")
+            hint = "; SPO's sampling is v05_sampler='spo'" if self.v05_allocator in SAMPLERS else ""
+            raise ValueError(f"v05_allocator={self.v05_allocator!r} is not available{known}: {FIXED_K_MESSAGE}{hint}")
         if self.v05_estimator not in ESTIMATORS:
             raise ValueError(f"unknown v05_estimator {self.v05_estimator!r}; valid: {', '.join(ESTIMATORS)}")
         spec = get_estimator(self.v05_estimator)
@@ -236,8 +266,19 @@ class V05GRPOConfig(trl.GRPOConfig):
             raise ValueError(
                 f"v05_estimator={self.v05_estimator!r} fuses a prior: set v05_prior to one of {', '.join(PROVIDERS)}"
             )
-        if spec.uses_prior and self.v05_prior is not None:  # bad options or a missing extra fail here, not mid-run
-            check_provider_options(self.v05_prior, dict(self.v05_prior_options or {}))
+        if self.v05_sampler is not None:
+            _sampler(self.v05_sampler, self.v05_sampler_options, k=1, batch_size=1)  # names and options checked
+            if self.v05_prior is None:
+                raise ValueError(f"v05_sampler={self.v05_sampler!r} draws by the prior's p̂: set v05_prior "
+                                 "(v05_prior='spo' for SPO's tracker)")  # fmt: skip
+        if _builds_provider(spec, self.v05_sampler) and self.v05_prior is not None:
+            options = dict(self.v05_prior_options or {})
+            check_provider_options(self.v05_prior, options)  # bad options or a missing extra fail here, not mid-run
+            if _needs_drift(self.v05_prior, options):
+                raise ValueError(
+                    f"v05_prior={self.v05_prior!r} with rho='kl' discounts by the policy's drift, which only v05 train "
+                    "measures; set v05_prior_options={'rho': 'constant'} (the recipe's rho.type=constant)"
+                )
         self.v05_reward_range = reward_range_text(self.v05_reward_range)  # type: ignore[assignment]
         if self.v05_reward_range not in REWARD_RANGES:
             raise ValueError(
@@ -299,6 +340,9 @@ class V05GRPOTrainer(trl.GRPOTrainer):
         v05_state: the estimator state carried across steps (``v05_eb``, ``dbb``), else None; the main process's,
             broadcast, so the same on every process.
         v05_last_batch: a :class:`V05Batch` for the latest generation batch (None before the first).
+        v05_uses_prior: the run has a prior provider (the estimator fuses one, or ``v05_sampler`` draws by it).
+        v05_draw_stats: the latest sampler draw's statistics (``v05_sampler``; logged as ``v05/sampler_*``), else
+            None.
     """
 
     def __init__(
@@ -325,10 +369,20 @@ class V05GRPOTrainer(trl.GRPOTrainer):
         if not isinstance(args, V05GRPOConfig):
             raise ValueError(f"V05GRPOTrainer needs args=V05GRPOConfig(...), got {type(args).__name__}")
         self.v05_spec = get_estimator(args.v05_estimator)
-        main_prior = args.v05_prior if self.v05_spec.uses_prior and args.process_index == 0 else None
+        self.v05_uses_prior = _builds_provider(self.v05_spec, args.v05_sampler) and args.v05_prior is not None
+        main_prior = args.v05_prior if self.v05_uses_prior and args.process_index == 0 else None
+        allocator = None
+        if args.v05_sampler is not None:
+            if isinstance(kwargs.get("train_dataset"), IterableDataset | datasets.IterableDataset):
+                raise ValueError(f"v05_sampler={args.v05_sampler!r} draws rows of a map-style train dataset (a "
+                                 "datasets.Dataset), not of an IterableDataset")  # fmt: skip
+            allocator = _sampler(args.v05_sampler, args.v05_sampler_options, k=args.num_generations,
+                                 batch_size=args.generation_batch_size // args.num_generations)  # fmt: skip
         self.v05_round = Round(args.v05_estimator, options=args.v05_estimator_options,
                                reward_range=args.v05_reward_range, prior=main_prior,
-                               prior_options=args.v05_prior_options, feed_n0=args.v05_feed_n0)  # fmt: skip
+                               prior_options=args.v05_prior_options, feed_n0=args.v05_feed_n0,
+                               allocator=allocator)  # fmt: skip
+        self.v05_draw_stats: dict[str, float] | None = None
         self.v05_last_batch: V05Batch | None = None
         self._v05_recorded: _Recorded | None = None
         funcs = _guard_rewards(reward_funcs, args.v05_reward_timeout_s, args.v05_reward_range)
@@ -356,6 +410,42 @@ class V05GRPOTrainer(trl.GRPOTrainer):
     @v05_state.setter
     def v05_state(self, state: Any) -> None:
         self.v05_round.estimator_state = state
+
+    def _get_train_sampler(self, dataset: Any = None) -> Sampler:
+        """TRL's sampler, or with ``v05_sampler`` a :class:`~v05.adapters.trl_sampler.PoolSampler` drawing by the round.
+
+        Same layout as TRL's ``RepeatSampler`` (each prompt K times in a row, a generation batch R times), so TRL
+        reads it unchanged; the pools and the lag: :mod:`v05.adapters.trl_sampler`.
+        """
+        if self.args.v05_sampler is None:
+            return super()._get_train_sampler(dataset)
+        dataset = self.train_dataset if dataset is None else dataset
+        self._v05_rows = _dataset_keys(dataset)  # (n,) keys, (n,) texts: what the round predicts the candidates by
+        allocator = self.v05_round.allocator
+        return PoolSampler(len(dataset), batch_size=allocator.batch_size,
+                           pool_size=allocator.candidate_pool(allocator.batch_size),
+                           mini_repeat_count=self.num_generations,
+                           repeat_count=self.num_iterations * self.args.steps_per_generation, seed=self.args.seed,
+                           draw=self._v05_draw)  # fmt: skip
+
+    def _v05_draw(self, pool: IntArray, epoch: int, index: int) -> IntArray:
+        """(B,) dataset rows of a generation batch: the round's prior of the pool, then its allocator (SPO's rule).
+
+        On the main process (its tracker), broadcast to the others. The allocator only chooses: TRL generates the
+        rollouts later, so its one round is told placeholder rewards (0), which ``SpoSample`` does not read.
+        """
+        keys, texts = self._v05_rows
+
+        def draw() -> tuple[IntArray, dict[str, float]]:
+            rnd = self.v05_round
+            prior = rnd.predict(keys[pool], [texts[i] for i in pool])
+            alloc: Allocation = rnd.allocate(lambda ids, counts: np.zeros(int(counts.sum())), n_prompts=len(pool),
+                                             rng=np.random.default_rng([self.args.seed, 23, epoch, index]),
+                                             prior=prior, keys=keys[pool])  # fmt: skip
+            return pool[alloc.kept], dict(alloc.stats)
+
+        rows, self.v05_draw_stats = self._v05_from_main(draw)
+        return rows
 
     def _calculate_rewards(self, inputs: Any, prompts: Any, completions: Any, completion_ids_list: Any) -> Any:
         """TRL's gathered rewards (unchanged); also records the gathered prompt keys, texts and verifier faults.
@@ -448,27 +538,28 @@ class V05GRPOTrainer(trl.GRPOTrainer):
         errors = rnd.guard.update_errors if rnd.guard is not None else 0
         return _Shared(prior_g, est, advantages, rnd.calibration(), 0 if prior is None else prior.fallbacks, errors)
 
-    def _v05_from_main(self, compute: Callable[[], _Shared]) -> _Shared:
+    def _v05_from_main(self, compute: Callable[[], _T]) -> _T:
         """``compute()`` on the main process, broadcast to the others; an error there is raised on every process.
 
         The other processes would otherwise wait in the broadcast until the process group's timeout.
         """
         if self.accelerator.num_processes == 1:
             return compute()
-        payload: list[_Shared | str | None] = [None]
+        payload: list[tuple[bool, Any] | None] = [None]  # (ok, the result or the error's line)
         error: Exception | None = None
         if self.accelerator.is_main_process:
             try:
-                payload[0] = compute()
+                payload[0] = (True, compute())
             except Exception as err:  # re-raised below, once the other processes know
                 error = err
-                payload[0] = f"{type(err).__name__}: {err}"
+                payload[0] = (False, f"{type(err).__name__}: {err}")
         broadcast_object_list(payload, from_process=0)
         if error is not None:
             raise error
-        if not isinstance(payload[0], _Shared):
-            raise RuntimeError(f"the main process failed to compute the v05 advantages: {payload[0]}")
-        return payload[0]
+        ok, value = payload[0] if payload[0] is not None else (False, "nothing received")
+        if not ok:
+            raise RuntimeError(f"the main process failed in the v05 round: {value}")
+        return value
 
     def _v05_log(self, mode: str, shared: _Shared, group: IntArray, verifier_faults: tuple[int, int] | None) -> None:
         metrics, est = self._metrics[mode], shared.estimate
@@ -488,6 +579,9 @@ class V05GRPOTrainer(trl.GRPOTrainer):
         if shared.prior is not None:
             metrics["v05/prior_fallbacks"].append(float(shared.prior_fallbacks))
             metrics["v05/prior_update_errors"].append(float(shared.prior_update_errors))
+        if mode == "train" and self.v05_draw_stats:  # the latest draw of the sampler (a batch ahead: the lag)
+            for name, value in self.v05_draw_stats.items():
+                metrics[f"v05/sampler_{name}"].append(float(value))
         if verifier_faults is not None:
             metrics["v05/verifier_errors"].append(float(verifier_faults[0]))
             metrics["v05/verifier_timeouts"].append(float(verifier_faults[1]))
@@ -527,7 +621,7 @@ class V05GRPOTrainer(trl.GRPOTrainer):
         if checkpoint is None:
             return
         path = os.path.join(checkpoint, STATE_FILE)
-        restores = self.v05_spec.stateful or (self.v05_spec.uses_prior and self.args.v05_prior is not None)
+        restores = self.v05_spec.stateful or self.v05_uses_prior
         if not os.path.exists(path):
             if restores:
                 warnings.warn(

@@ -81,6 +81,14 @@ def _prompt_text(prompt: object) -> str:
     return json.dumps(prompt, sort_keys=True, default=str)
 
 
+def _dataset_keys(dataset: Any) -> tuple[np.ndarray, list[str]]:
+    """(n,) keys and texts of a train dataset's rows, as :func:`_row_key` and :func:`_prompt_text` read each row."""
+    texts = [_prompt_text(p) for p in dataset["prompt"]]
+    ids = dataset["prompt_id"] if "prompt_id" in dataset.column_names else [None] * len(texts)
+    keys = [_row_key({"prompt_id": i}, t) for i, t in zip(ids, texts, strict=True)]
+    return np.asarray(keys, dtype=object), texts
+
+
 def _row_key(row: dict[str, Any], text: str) -> str:
     """A stable prompt key: the dataset's ``prompt_id`` column when present, else a sha1 of the prompt text."""
     if "prompt_id" in row and row["prompt_id"] is not None:

@@ -8,10 +8,17 @@ scaling (``"model_std"``, ``"batch_std"``, ...) is also ``"none"`` to TRL, whose
 from __future__ import annotations
 
 import inspect
+from dataclasses import fields
 from typing import Any
 
+from v05.allocation import Allocator
 from v05.names import check_options
-from v05.registry import CONTEXT_OPTIONS, EstimatorSpec
+from v05.priors import get_provider_spec
+from v05.registry import CONTEXT_OPTIONS, EstimatorSpec, get_allocator
+
+SAMPLERS = ("spo",)
+"""``v05_sampler`` names: allocators that only choose which prompts of a pool TRL generates for (one round, no
+rewards read), by their registry names."""
 
 _TRL_SCALE = {"group_std": "group", "none": "none"}  # v05 scale → TRL's scale_rewards name (others: "none")
 
@@ -56,3 +63,39 @@ def _scale_rewards(spec: EstimatorSpec, estimator: str, options: dict[str, Any],
         f"scale={scale!r} (TRL's name for it: {expected!r}); leave scale_rewards unset, or choose the scaling "
         "through v05_estimator_options={'scale': ...} ('group_std' ↔ 'group', 'none' ↔ 'none')"
     )
+
+
+def _sampler(name: str, options: dict[str, Any] | None, *, k: int, batch_size: int) -> Allocator:
+    """The ``v05_sampler`` allocator ``name``: K = ``k`` and B = ``batch_size`` (the adapter's), ``options`` the rest.
+
+    Raises:
+        ValueError: an unknown name (the valid ones listed), ``k`` or ``batch_size`` among the options, or what the
+            allocator's own checks raise.
+    """
+    if name not in SAMPLERS:
+        raise ValueError(f"unknown v05_sampler {name!r}; valid: {', '.join(SAMPLERS)}, or None (TRL's own)")
+    options = dict(options or {})
+    reserved = sorted({"k", "batch_size"} & set(options))
+    if reserved:
+        raise ValueError(
+            f"v05_sampler_options may not set {', '.join(reserved)}: num_generations and the generation batch's "
+            "prompts set them; remove it"
+        )
+    return get_allocator(name, k=k, batch_size=batch_size, **options)
+
+
+def _builds_provider(spec: EstimatorSpec, sampler: str | None) -> bool:
+    """The run needs a prior provider: the estimator fuses a prior, or a sampler draws by it."""
+    return spec.uses_prior or sampler is not None
+
+
+def _needs_drift(prior: str, options: dict[str, Any]) -> bool:
+    """The provider would discount by the policy's drift, which only v05's trainer measures.
+
+    Its spec's ``needs_drift``, with ``rho="kl"`` (the option, else the provider's default).
+    """
+    spec = get_provider_spec(prior)
+    if not spec.needs_drift:
+        return False
+    default = {f.name: f.default for f in fields(spec.cls)}.get("rho")
+    return options.get("rho", default) == "kl"

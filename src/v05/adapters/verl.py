@@ -51,8 +51,8 @@ Extension points (verl 0.9.1):
   (``extra_info``) reach a :class:`VerlEstimator` in one of two ways: ``non_tensor_batch=`` (the ``gdpo`` contract,
   for callers that pass it), or :meth:`VerlEstimator.bind` around verl's own call — what the ``v05`` trainer mode does.
   Without either, the estimators that need neither prior nor keys (``v05_grpo``, ``v05_drgrpo``, ``v05_rloo``,
-  ``v05_reinforce_pp_baseline``, ``v05_reinforce_pp``) work in any verl trainer; ``v05``, ``v05_eb`` and ``v05_dbb``
-  raise.
+  ``v05_reinforce_pp_baseline``, ``v05_reinforce_pp``) work in any verl trainer; ``v05``, ``v05_eb``, ``v05_dbb``
+  and ``v05_spo`` raise.
 - ``trainer.ppo.v1.register_trainer`` (v1/trainer_base.py:1999): the ``v05`` trainer mode,
   :mod:`v05.adapters.verl_trainer` (priors from a provider, OSLA rounds, ``v05/*`` metrics).
 - ``reward.custom_reward_function`` (trainer/ppo/reward.py:50): :func:`guarded_compute_score`, verl's scorer (or

@@ -96,10 +96,13 @@ class VerlConfig:
     """trainer mode: a prior provider in ``v05.priors.PROVIDERS`` (None: the dataset's ``extra_info`` prior)."""
     provider_options: dict[str, Any] = field(default_factory=dict)
     """trainer mode: keyword options of the provider."""
-    allocator: Literal["fixed", "osla"] = "fixed"
-    """trainer mode: ``"fixed"`` (``rollout.n`` per prompt) or ``"osla"`` (k_init, then extra rounds)."""
+    allocator: Literal["fixed", "osla", "spo"] = "fixed"
+    """trainer mode: ``"fixed"`` (``rollout.n`` per prompt), ``"osla"`` (k_init, then extra rounds) or ``"spo"``
+    (SPO's prioritised sampling: ``data.train_batch_size`` prompts drawn from a candidate pool of
+    ``data.gen_batch_size`` by the prior's uncertainty, ``rollout.n`` rollouts each)."""
     allocator_options: dict[str, Any] = field(default_factory=dict)
-    """trainer mode: options of ``v05.allocation.OSLA`` (k_init, k_max, c, schedule, extra_budget, noise, test)."""
+    """trainer mode: options of ``v05.allocation.OSLA`` (k_init, k_max, c, schedule, extra_budget, noise, test) or of
+    ``v05.allocation.spo.SpoSample`` (epsilon; pool_factor, when ``data.gen_batch_size`` is not set)."""
 
     def __post_init__(self) -> None:
         if self.reward_range not in REWARD_RANGES:
@@ -120,11 +123,12 @@ class VerlConfig:
                 f"algorithm.v05.provider={self.provider!r} is a simulation-only bound whose extra rollouts only v05 "
                 "train draws; use a learned prior (running_mean, history, v0, combined)"
             )
-        if self.allocator not in ("fixed", "osla"):
+        if self.allocator not in ("fixed", "osla", "spo"):
             raise ValueError(
                 f"algorithm.v05.allocator={self.allocator!r} is not available in verl: 'fixed' or 'osla' (per-prompt "
-                "budgets); prompt-selecting allocators (dynamic_sampling, sara, dps) need v05's own trainer — for "
-                "DAPO's dynamic sampling use verl's algorithm.filter_groups"
+                "budgets), or 'spo' (SPO's prioritised sampling); the other prompt-selecting allocators "
+                "(dynamic_sampling, sara, dps) need v05's own trainer — for DAPO's dynamic sampling use verl's "
+                "algorithm.filter_groups"
             )
         if "batch_size" in self.allocator_options:
             raise ValueError("algorithm.v05.allocator_options.batch_size is fixed by data.train_batch_size; remove it")

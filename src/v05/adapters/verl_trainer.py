@@ -1,4 +1,4 @@
-r"""The ``v05`` trainer mode for verl's V1 trainer: priors from a provider, OSLA's extra rounds, ``v05/*`` metrics.
+r"""The ``v05`` trainer mode for verl's V1 trainer: priors from a provider, OSLA's rounds, SPO's draw, ``v05/*``.
 
 Registered by :func:`v05.adapters.verl.register` (``trainer.v1.trainer_mode=v05``); with :mod:`v05.adapters.verl`
 the only modules of v05 built on verl (split off to keep each under ~500 lines; it imports verl and
@@ -13,15 +13,35 @@ current weights), the advantage call (bind the prompt rows, v05.adapters.verl mo
 logger. A custom replay buffer (``trainer.v1.sampler.custom_sampler``) is built with a refill callback only, and a
 custom agent-loop manager never sees rewards or advantages. ``V05Trainer`` = :class:`V05TrainerMixin` on verl's
 ``PPOTrainerSync`` (colocated, on-policy), assembled by :func:`trainer_class` when registered so that importing this
-module needs neither verl nor ``transfer_queue``; it overrides five methods (v1/trainer_base.py):
-``_next_train_batch`` (:1479), ``_build_replay_buffer`` (:139; wraps verl's buffer), ``_compute_advantage``
-(:1743; calls verl's, bound), ``_save_checkpoint``/``_load_checkpoint`` (:948/:850; adds ``v05_state.json``).
+module needs neither verl nor ``transfer_queue``; it overrides six methods (v1/trainer_base.py):
+``_next_train_batch`` (:1479), ``_build_replay_buffer`` (:139; wraps verl's buffer), ``prepare_step`` (:1525; SPO
+submits nothing there), ``_compute_advantage`` (:1743; calls verl's, bound), ``_save_checkpoint``/``_load_checkpoint``
+(:948/:850; adds ``v05_state.json``).
 
 One step: prior V = provider.predict(keys, problem texts ``extra_info[text_field]``) → ``extra_info[prior_key]`` (and
 ``__rollout_n__ = k_init`` for OSLA) → verl's agent loop → replay buffer → OSLA rounds (``v05.allocation.allocate``;
 each extra round submits the rejected prompts again under new uids, ``extra_info["v05_group"]`` naming the original)
 → verl's advantage step with the rows read back from the rollouts' ``extra_info`` and one rollout per trajectory
 (a multi-output agent loop's outputs share their trajectory's advantage) → provider.update(outcomes) → ``v05/*``.
+
+SPO (arXiv 2509.13232; verl's ``recipe/spo``): ``algorithm.adv_estimator=v05_spo`` (the tracker's value as the
+baseline, normalised over the batch) with the ``spo`` provider (the per-prompt Beta tracker) and, optionally,
+``+algorithm.v05.allocator=spo`` (prioritised sampling). With it, verl's ``prepare_step`` submits nothing; inside the
+replay buffer's ``sample`` (replicas awake, as for OSLA's rounds) :meth:`V05TrainerMixin._v05_draw` fetches a
+candidate pool of P = ``data.gen_batch_size`` prompts (the recipe's own key; unset: ``pool_factor ×
+data.train_batch_size``) through ``_next_train_batch``, attaches the tracker's prior to all P, and lets the round's
+``spo`` allocator (:meth:`v05.round.Round.allocate` with :class:`v05.allocation.spo.SpoSample`, the path of v05's
+trainer) draw ``data.train_batch_size`` of them by w = √(p̂(1 − p̂)) + 0.05; its one round submits the drawn prompts
+(``rollout.n`` sessions each, SPO: 1) through verl's agent loop, and those rollouts are the step's batch.
+The issue asked for verl's curriculum-sampler hook (``data.sampler.class_path``, an ``AbstractCurriculumSampler``
+with ``update(batch)``): verl 0.9.1 has none (``create_rl_sampler``, trainer/ppo/utils.py, builds only a random or
+sequential sampler, and no ``verl.experimental.dataset.sampler`` exists), so the draw lives in this trainer mode, and
+a user sets ``+algorithm.v05.allocator=spo`` (and ``data.gen_batch_size``) instead. The tracker's ρ is constant
+(``+algorithm.v05.provider_options.rho=constant``): ``rho="kl"`` (the provider's and the recipe's default) is
+refused, since its drift — the mean |Δ log π| of each prompt's stored last response between the post-update policies
+of its last and current visits — needs two extra actor log-prob passes per step over stored responses (the recipe's
+``actor_rollout_wg.compute_log_prob`` on ``prompt2protodata``), which this trainer mode does not run; v05's own
+trainer measures it. The offline init (``spo-offline``) is v05 train's only, likewise.
 
 Failed agent-loop sessions (verl marks the prompt ``failure`` and keeps its other sessions): with ``fixed`` the group
 trains on the sessions that finished, as in verl; with OSLA a prompt with a failed round-0 session leaves the step
@@ -41,7 +61,9 @@ async paths; :attr:`V05TrainerMixin.trainer_mode` therefore reads ``"sync"``. Th
 ``ppo_mini_batch_size × rollout.n`` rollouts (:1589) while OSLA's batches vary in size: verl pads each batch to a
 multiple of it with zero-loss ``pad`` rows, which the estimators skip. OSLA refuses
 ``trainer.v1.sync.parameter_sync_step`` > 1: verl then samples the step in sub-batches and sleeps the replicas after
-each, so the extra rounds of the later sub-batches would have no replicas to run on.
+each, so the extra rounds of the later sub-batches would have no replicas to run on (SPO's draw likewise). verl's
+"epoch" counts ``data.train_batch_size`` prompts (v1/trainer_base.py:765) while SPO's draw reads P from the
+dataloader each step, restarting it when it runs out.
 """
 
 from __future__ import annotations
@@ -71,7 +93,7 @@ from v05.adapters.verl_estimators import (
     prompt_rows,
     trajectory_owner,
 )
-from v05.allocation import OSLA, Allocation
+from v05.allocation import OSLA, Allocation, Allocator
 from v05.estimators import PriorErrorState
 from v05.groups import segment_count
 from v05.priors import Calibration, calibrate, get_provider_spec
@@ -108,14 +130,23 @@ class _Prompt:
 
 
 class _RoundsBuffer:
-    """verl's replay buffer, followed on the training partition by the trainer's OSLA rounds."""
+    """verl's replay buffer, followed (OSLA) or replaced (SPO's draw) on the training partition by the trainer's rounds.
 
-    def __init__(self, inner: Any, rounds: Callable[[KVBatchMeta, int], KVBatchMeta]) -> None:
+    ``sample_first``: OSLA's round 0 is the batch verl submitted and its buffer samples, which ``rounds`` extends;
+    SPO's draw submits its own prompts (verl's ``prepare_step`` submits none), so ``rounds`` gets None.
+    """
+
+    def __init__(
+        self, inner: Any, rounds: Callable[[KVBatchMeta | None, int], KVBatchMeta], *, sample_first: bool = True
+    ) -> None:
         self.inner = inner
         self._rounds = rounds
+        self._sample_first = sample_first
 
     def sample(self, global_steps: int, partition_id: str, batch_size: int) -> tuple[KVBatchMeta, dict]:
-        """Sample as verl does; on ``"train"`` the sampled round-0 batch then grows by OSLA's extra rounds."""
+        """Sample as verl does; on ``"train"`` OSLA's rounds extend the batch (SPO: the draw's rollouts are it)."""
+        if partition_id == "train" and not self._sample_first:
+            return self._rounds(None, global_steps), {}
         batch, metrics = self.inner.sample(global_steps=global_steps, partition_id=partition_id, batch_size=batch_size)
         if partition_id != "train":
             return batch, metrics
@@ -126,27 +157,30 @@ class _RoundsBuffer:
 
 
 class V05TrainerMixin:
-    """verl's synchronous V1 trainer with v05's prior provider, OSLA rounds and metrics (module docstring).
+    """verl's synchronous V1 trainer with v05's prior provider, OSLA rounds, SPO's draw and metrics (module docstring).
 
     :func:`trainer_class` combines it with verl's ``PPOTrainerSync`` into ``V05Trainer``; its methods call verl's
     through ``super()``.
 
     Configured by ``+algorithm.v05.*`` (:class:`v05.adapters.verl.VerlConfig`); ``algorithm.adv_estimator`` must be
-    one of v05's (``v05``, ``v05_eb``, ``v05_dbb``, ``v05_grpo``, ...). Metrics per step (verl's logger):
+    one of v05's (``v05``, ``v05_eb``, ``v05_dbb``, ``v05_spo``, ``v05_grpo``, ...). Metrics per step (verl's logger):
     :func:`step_metrics` (realised k distribution ``v05/k/*`` and ``v05/k_hist/<k>``, rejection rate,
-    mean ŵ, n0, the prior's τ²/AUC/n0 from the provider's calibration), OSLA's ``v05/osla/*`` statistics and, with a
-    provider, ``v05/prior_fallbacks`` (this step's prompts predicted by the guard's running mean) and
+    mean ŵ, n0, the prior's τ²/AUC/n0 from the provider's calibration), OSLA's ``v05/osla/*`` statistics, SPO's
+    ``v05/spo/*`` (``candidates`` P, ``drawn``, ``pool_weight_mean`` and ``selected_weight_mean``: the mean draw
+    probability of the pool and of the drawn prompts, ``retried_rollouts``) and, with a provider,
+    ``v05/prior_fallbacks`` (this step's prompts, or SPO's candidates, predicted by the guard's running mean) and
     ``v05/prior_update_errors`` (failed provider updates so far).
 
     Attributes:
         v05_config: the parsed ``algorithm.v05`` node.
         v05_estimator: the registered estimator (its ``state_`` is carried across steps and checkpointed).
         v05_round: the :class:`~v05.round.Round` of the run (shared with ``v05_estimator``): the provider, its guard,
-            OSLA (built once) and the estimator state.
+            the allocator (OSLA or SPO's, built once) and the estimator state.
         v05_provider: the round's prior provider, or None (then priors come from the dataset's ``extra_info``).
         v05_prior_guard: the :class:`~v05.priors.guard.PriorGuard` around ``v05_provider`` (None without one).
-        v05_allocator: the round's OSLA, or None for ``allocator: fixed``.
-        v05_last_allocation: the latest step's ``v05.allocation.Allocation`` (OSLA), or None.
+        v05_allocator: the round's OSLA or ``SpoSample``, or None for ``allocator: fixed``.
+        v05_pool_size: SPO's candidate pool P (``allocator: spo``), else None.
+        v05_last_allocation: the latest step's ``v05.allocation.Allocation`` (OSLA, SPO), or None.
     """
 
     def __init__(self, config: DictConfig) -> None:
@@ -158,11 +192,13 @@ class V05TrainerMixin:
         self.v05_config = VerlConfig.from_algorithm(config.algorithm)
         self.v05_estimator: VerlEstimator = estimator_for(config.algorithm.adv_estimator)
         cfg = self.v05_config
-        osla = get_allocator("osla", **cfg.allocator_options) if cfg.allocator == "osla" else None
-        _check_config(config, osla, self.v05_estimator)  # type: ignore[arg-type]
+        allocator = _allocator_of(config, cfg)
+        _check_config(config, allocator, self.v05_estimator)  # type: ignore[arg-type]
         self.v05_round = Round(self.v05_estimator.estimator, options=cfg.options, reward_range=cfg.reward_range,
                                prior=cfg.provider, prior_options=cfg.provider_options, feed_n0=cfg.feed_n0,
-                               allocator=osla)  # fmt: skip
+                               allocator=allocator)  # fmt: skip
+        _check_provider(cfg, self.v05_round)
+        self.v05_pool_size: int | None = None if cfg.allocator != "spo" else _candidate_pool(config, allocator)
         self._v05_prior_fallbacks = 0  # prompts of this step the guard's running mean predicted
         self.v05_last_allocation: Allocation | None = None
         self._v05_prompts: dict[str, _Prompt] = {}
@@ -182,9 +218,9 @@ class V05TrainerMixin:
         return self.v05_round.guard
 
     @property
-    def v05_allocator(self) -> OSLA | None:
-        """The round's OSLA (None for ``allocator: fixed``)."""
-        return self.v05_round.allocator  # type: ignore[return-value]
+    def v05_allocator(self) -> Allocator | None:
+        """The round's allocator: OSLA or SPO's ``SpoSample`` (None for ``allocator: fixed``)."""
+        return self.v05_round.allocator
 
     @property
     def trainer_mode(self) -> str:
@@ -197,7 +233,17 @@ class V05TrainerMixin:
 
     def _build_replay_buffer(self) -> Any:
         inner = super()._build_replay_buffer()  # type: ignore[misc]
-        return inner if self.v05_allocator is None else _RoundsBuffer(inner, self._v05_rounds)
+        if self.v05_allocator is None:
+            return inner
+        if self.v05_config.allocator == "spo":
+            return _RoundsBuffer(inner, self._v05_draw, sample_first=False)
+        return _RoundsBuffer(inner, self._v05_rounds)
+
+    def prepare_step(self) -> dict:
+        """Submit the step's prompt batch, as verl does; with ``spo`` nothing (the draw submits the drawn prompts)."""
+        if self.v05_config.allocator == "spo":
+            return {}
+        return super().prepare_step()  # type: ignore[misc]
 
     def _next_train_batch(self, num_prompts: int | None = None) -> TensorDict:
         """Fetch verl's prompt batch, with each prompt's stable key, prior (and OSLA's ``__rollout_n__``)."""
@@ -221,7 +267,7 @@ class V05TrainerMixin:
                 info[cfg.prior_key] = float(to_pass_rate(v, "pm1")) if cfg.prior_scale == "pass_rate" else float(v)
                 info[f"{cfg.prior_key}_n0"] = float(n0)
         tu.assign_non_tensor_stack(batch, "extra_info", infos)
-        if self.v05_allocator is not None:
+        if isinstance(self.v05_allocator, OSLA):  # spo sets it per submitted row (_v05_submit)
             tu.assign_non_tensor_stack(batch, "__rollout_n__", [self.v05_allocator.k_init] * len(rows))
         parsed = prompt_rows([r["uid"] for r in rows], infos, config=cfg)
         for r, info, text in zip(rows, infos, texts, strict=True):
@@ -238,15 +284,7 @@ class V05TrainerMixin:
         """
         batch, by_uid = self._v05_drop_failed(batch, global_steps)
         pool = [self._v05_prompts[u] for u in by_uid]
-        missing = sum(p.prior is None for p in pool)
-        if missing:
-            raise ValueError(
-                f"osla needs a prior for every prompt; {missing} of {len(pool)} have no "
-                f"extra_info[{self.v05_config.prior_key!r}] (set +algorithm.v05.provider or add it to the dataset)"
-            )
-        n0 = None if any(p.n0 is None for p in pool) else np.asarray([p.n0 for p in pool], np.float64)
-        value = np.asarray([p.prior for p in pool], np.float64)  # (P,) as the rollouts' extra_info carries it
-        prior = Prior(value, n0, self.v05_config.reward_range)
+        prior = self._v05_pool_prior(pool)
         metas: list[KVBatchMeta] = []
 
         def sample(ids: IntArray, counts: IntArray) -> FloatArray:
@@ -265,6 +303,54 @@ class V05TrainerMixin:
             keys=[p.key for p in pool],
         )  # fmt: skip
         return _concat_metas(metas, batch)
+
+    def _v05_pool_prior(self, pool: list[_Prompt]) -> Prior:
+        """(P,) the pool's prior as its rows' ``extra_info`` carries it (reward scale); ValueError if one lacks it."""
+        missing = sum(p.prior is None for p in pool)
+        if missing:
+            raise ValueError(
+                f"{self.v05_config.allocator} needs a prior for every prompt; {missing} of {len(pool)} have no "
+                f"extra_info[{self.v05_config.prior_key!r}] (set +algorithm.v05.provider or add it to the dataset)"
+            )
+        n0 = None if any(p.n0 is None for p in pool) else np.asarray([p.n0 for p in pool], np.float64)
+        value = np.asarray([p.prior for p in pool], np.float64)  # (P,) as the rollouts' extra_info carries it
+        return Prior(value, n0, self.v05_config.reward_range)
+
+    def _v05_draw(self, _: None, global_steps: int) -> KVBatchMeta:
+        """SPO's prioritised sampling: ``v05_pool_size`` candidates, ``train_batch_size`` of them drawn, their rollouts.
+
+        The candidates are verl's next ``v05_pool_size`` dataset prompts (``_next_train_batch``: whole
+        ``data.gen_batch_size`` fetches), each with its key and prior attached; the round's ``spo`` allocator draws the
+        batch from them by the prior's uncertainty (:class:`v05.allocation.spo.SpoSample`, through
+        :meth:`v05.round.Round.allocate` as in v05's trainer), and its one round submits the drawn prompts through
+        verl's agent loop (``rollout.n`` sessions each under a new uid, ``extra_info["v05_group"]`` naming the
+        candidate's; a failed session is drawn again, :meth:`_v05_extra_round`). Candidates not drawn leave the step.
+        """
+        try:
+            candidates = self._next_train_batch(self.v05_pool_size)
+        except StopIteration:  # verl's dataloader drops the last incomplete gen_batch_size fetch
+            raise ValueError(
+                f"spo's candidate pool of {self.v05_pool_size} prompts (data.gen_batch_size) is larger than the "
+                "training set: lower data.gen_batch_size (or allocator_options.pool_factor)"
+            ) from None
+        pool = [self._v05_prompts[str(r["uid"])] for r in _rows_of(candidates)]
+        prior = self._v05_pool_prior(pool)
+        metas: list[KVBatchMeta] = []
+        self._v05_counts = {"retried_rollouts": 0}
+
+        def sample(ids: IntArray, counts: IntArray) -> FloatArray:
+            meta, got = self._v05_extra_round(pool, ids, counts, global_steps)
+            metas.append(meta)
+            return np.concatenate([np.asarray(got[int(i)], np.float64) for i in ids])
+
+        alloc = self.v05_round.allocate(
+            sample, n_prompts=len(pool), rng=np.random.default_rng(global_steps), prior=prior,
+            keys=[p.key for p in pool],
+        )  # fmt: skip
+        for i in np.flatnonzero(alloc.counts == 0):  # not drawn: reaches neither the loss nor the provider
+            del self._v05_prompts[pool[i].uid]
+        self.v05_last_allocation = alloc
+        return _concat_metas(metas, metas[0])
 
     def _v05_drop_failed(self, batch: KVBatchMeta, global_steps: int) -> tuple[KVBatchMeta, dict[str, list[float]]]:
         """Drop the prompts whose round-0 sessions did not all finish; the kept batch and uid → session rewards."""
@@ -309,7 +395,8 @@ class V05TrainerMixin:
         short = {pool[i].key: (len(got[i]), c) for i, c in need.items() if len(got[i]) < c}
         if short:
             raise RuntimeError(
-                f"osla extra round of step {global_steps}: sessions of prompt(s) {short} (got, asked) failed "
+                f"{self.v05_config.allocator} round of step {global_steps}: sessions of prompt(s) {short} (got, asked) "
+                f"failed "
                 f"{1 + EXTRA_ROUND_RETRIES} times in a row; see verl's agent-loop log"
             )
         return _concat_metas(metas, metas[0]), got
@@ -362,9 +449,12 @@ class V05TrainerMixin:
             metrics["v05/prior_update_errors"] = float(self.v05_prior_guard.update_errors)
             self._v05_prior_fallbacks = 0
         if self.v05_last_allocation is not None:
-            stats = self.v05_last_allocation.stats
-            metrics.update({f"v05/osla/{k}": float(v) for k, v in stats.items() if isinstance(v, int | float)})
-            metrics.update({f"v05/osla/{k}": float(v) for k, v in self._v05_counts.items()})
+            alloc, name = self.v05_last_allocation, self.v05_config.allocator
+            metrics.update({f"v05/{name}/{k}": float(v) for k, v in alloc.stats.items() if isinstance(v, int | float)})
+            metrics.update({f"v05/{name}/{k}": float(v) for k, v in self._v05_counts.items()})
+            if name == "spo":
+                metrics["v05/spo/candidates"] = float(len(alloc.counts))
+                metrics["v05/spo/drawn"] = float(np.sum(alloc.counts > 0))
             self.v05_last_allocation = None
         return batch
 
@@ -487,40 +577,120 @@ def step_metrics(step: VerlStep, calibration: Calibration | None = None) -> dict
     return out
 
 
-def _check_config(config: DictConfig, osla: OSLA | None, estimator: VerlEstimator) -> None:
+def _allocator_of(config: DictConfig, cfg: VerlConfig) -> Allocator | None:
+    """The run's allocator: OSLA, SPO's ``SpoSample`` (B = ``data.train_batch_size``, k = ``rollout.n``) or None.
+
+    Raises:
+        ValueError: an allocator option that verl's own keys set (``batch_size``: VerlConfig; ``k`` unequal to
+            ``rollout.n``), or the allocator's own refusals.
+    """
+    if cfg.allocator == "osla":
+        return get_allocator("osla", **cfg.allocator_options)
+    if cfg.allocator != "spo":
+        return None
+    n = int(config.actor_rollout_ref.rollout.n)
+    options = {"k": n, **cfg.allocator_options}
+    if options["k"] != n:
+        raise ValueError(
+            f"algorithm.v05.allocator_options.k={options['k']} differs from actor_rollout_ref.rollout.n={n}: spo "
+            "draws rollout.n rollouts per drawn prompt (verl sizes mini-batches by it); set rollout.n (SPO: 1)"
+        )
+    return get_allocator("spo", batch_size=int(config.data.train_batch_size), **options)
+
+
+def _candidate_pool(config: DictConfig, sample: Any) -> int:
+    """P, the candidates SPO's draw picks a step's batch from.
+
+    ``data.gen_batch_size`` (the recipe's key) if set, else ``pool_factor × data.train_batch_size``
+    (``SpoSample.candidate_pool``).
+    """
+    gen = config.data.get("gen_batch_size", None)
+    return int(gen) if gen else int(sample.candidate_pool(int(config.data.train_batch_size)))
+
+
+def _check_provider(cfg: VerlConfig, rnd: Round) -> None:
+    """Refuse a provider setting that needs what only v05's trainer supplies (its spec says which, not its name).
+
+    ``needs_drift`` with ``rho="kl"``: the discount reads the policy's drift on each prompt's last response since its
+    last visit (SPO's tracker), which v05's trainer measures with its own policy (:mod:`v05.train.spo_drift`); verl's
+    recipe recomputes it with two extra actor log-prob passes per step over stored responses, which this trainer mode
+    does not run. ``offline_init`` with ``offline``: v05's trainer draws the offline rollouts before step 1.
+    """
+    if cfg.provider is None:
+        return
+    spec, provider = get_provider_spec(cfg.provider), rnd.provider
+    if spec.needs_drift and getattr(provider, "rho", None) == "kl":
+        raise ValueError(
+            f"algorithm.v05.provider={cfg.provider!r} with rho='kl' (its default) discounts by the policy's drift "
+            "since each prompt's last visit, which only v05 train measures; set "
+            "+algorithm.v05.provider_options.rho=constant (and rho_value, the recipe's trainer.spo.rho.value)"
+        )
+    if spec.offline_init and getattr(provider, "offline", False):
+        raise ValueError(
+            f"algorithm.v05.provider={cfg.provider!r} with offline=true starts from offline rollouts of the starting "
+            "policy that only v05 train draws (config spo-offline); in verl remove provider_options.offline "
+            "(the tracker then starts at Beta(1/2, 1/2), the recipe's trainer.spo.offline_N=0)"
+        )
+
+
+def _check_config(config: DictConfig, allocator: Allocator | None, estimator: VerlEstimator) -> None:
     """Refuse verl settings that contradict v05's inputs (messages say how to fix them).
 
     A group filter (DAPO's ``algorithm.filter_groups``) with an estimator whose baseline comes from outside the group
-    (a prior or a per-prompt history: ``v05``, ``v05_eb``, ``v05_dbb``) is refused: it drops the all-correct and
-    all-wrong groups, which such a baseline gives a non-zero advantage, and hides them from the prior and the
-    estimator state (measured: the history prior stayed at 0.5 and v05_eb's n0 rose to 200).
+    (a prior or a per-prompt history: ``v05``, ``v05_eb``, ``v05_dbb``, ``v05_spo``) is refused: it drops the
+    all-correct and all-wrong groups, which such a baseline gives a non-zero advantage, and hides them from the prior
+    and the estimator state (measured: the history prior stayed at 0.5 and v05_eb's n0 rose to 200). OSLA and SPO's
+    draw sample inside the replay buffer's ``sample`` (verl's rollout replicas awake, rewards arriving with the
+    rollouts), hence their own refusals.
     """
     algorithm = config.algorithm
     if algorithm.get("use_kl_in_reward", False):
         raise ValueError("trainer_mode=v05 needs the verifier's outcome reward: set algorithm.use_kl_in_reward=False")
     check_group_filter(algorithm, estimator)
-    if osla is None:
+    if allocator is None:
         return
+    name = "osla" if isinstance(allocator, OSLA) else "spo"
+    what = "decides per-prompt budgets" if name == "osla" else "draws each step's prompts"
     if (algorithm.get("filter_groups") or {}).get("enable", False):
-        raise ValueError("algorithm.v05.allocator=osla decides per-prompt budgets; disable algorithm.filter_groups")
+        raise ValueError(f"algorithm.v05.allocator={name} {what}; disable algorithm.filter_groups")
     if config.trainer.v1.sampler.get("sync_refill_failed_groups", False):
-        raise ValueError("osla keeps each step's prompts: set trainer.v1.sampler.sync_refill_failed_groups=False")
+        raise ValueError(f"{name} keeps each step's prompts: set trainer.v1.sampler.sync_refill_failed_groups=False")
     sync_step = (config.trainer.v1.get("sync") or {}).get("parameter_sync_step", 1)
     if sync_step != 1:
+        rounds = "extra rounds" if name == "osla" else "drawn prompts"
         raise ValueError(
-            f"osla runs its extra rounds on the rollout replicas, which verl puts to sleep after each of the "
+            f"{name} runs its {rounds} on the rollout replicas, which verl puts to sleep after each of the "
             f"trainer.v1.sync.parameter_sync_step={sync_step} sub-batches: set it to 1 (or use allocator=fixed)"
         )
     rm = config.reward.reward_model
     if rm.get("enable", False) and not rm.get("enable_resource_pool", False):
-        raise ValueError("osla reads rewards between rounds: use a rule-based or resource-pool reward model")
-    if config.actor_rollout_ref.rollout.n != osla.k_init:
+        raise ValueError(f"{name} reads rewards between rounds: use a rule-based or resource-pool reward model")
+    if name == "spo":
+        _check_pool(config)
+        return
+    if config.actor_rollout_ref.rollout.n != allocator.k_init:  # type: ignore[attr-defined]
         logger.warning(
             "actor_rollout_ref.rollout.n=%s but osla k_init=%s: verl sizes mini-batches as ppo_mini_batch_size × "
             "rollout.n rollouts; set rollout.n=%s",
             config.actor_rollout_ref.rollout.n,
-            osla.k_init,
-            osla.k_init,
+            allocator.k_init,  # type: ignore[attr-defined]
+            allocator.k_init,  # type: ignore[attr-defined]
+        )
+
+
+def _check_pool(config: DictConfig) -> None:
+    """SPO's candidate pool: ``data.gen_batch_size`` (if set) at least the batch, and not set twice."""
+    gen, batch = config.data.get("gen_batch_size", None), int(config.data.train_batch_size)
+    options = config.algorithm.v05.get("allocator_options") or {}
+    if gen and "pool_factor" in options:
+        raise ValueError(
+            f"spo's candidate pool is data.gen_batch_size={gen}: remove algorithm.v05.allocator_options.pool_factor "
+            "(or data.gen_batch_size, for pool_factor × data.train_batch_size)"
+        )
+    if gen and int(gen) < batch:
+        raise ValueError(
+            f"spo draws data.train_batch_size={batch} prompts from data.gen_batch_size={gen} candidates: set "
+            "data.gen_batch_size >= data.train_batch_size (the recipe: 14000 for 1024)"
         )
 
 

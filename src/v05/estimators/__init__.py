@@ -11,7 +11,7 @@ from v05.estimators.fusion import PriorErrorState, v05, v05_eb
 from v05.estimators.group import drgrpo, grpo, oracle, reinforce_pp, reinforce_pp_baseline, rloo
 from v05.estimators.history import dbb
 from v05.estimators.poise_baseline import cross_rollout_targets, poise
-from v05.estimators.spo import spo
+from v05.estimators.tracker import spo
 
 __all__ = [
     "Estimate",

@@ -11,6 +11,7 @@ one resumed, so the grid can run in parts and on several machines (its store).
 - :mod:`v05.grid.tuning`: the equal tuning budget, the chosen settings and the recommended configuration;
 - :mod:`v05.grid.run`: training the cells (worker processes) and :func:`~v05.grid.run.bench_matrix`;
 - :mod:`v05.grid.results`: the results JSON (every method against the reference, paired by seed; attribution);
+- :mod:`v05.grid.ran`: what the cells ran (batch, learning rate, schedule) and the warm starts as measured;
 - :mod:`v05.grid.render`: the headline tables, ``OUT/index.html``, the results page and the README section;
 - :mod:`v05.grid.cli`: the ``v05 bench matrix`` parser.
 

@@ -27,7 +27,10 @@ def register_bench(bsub: argparse._SubParsersAction) -> None:  # type: ignore[ty
     mx.add_argument("--quick", action="store_true", help="the grid's smoke version (quick methods/seeds, tiny runs)")
     mx.add_argument("--workers", type=int, default=1, help="cells trained at once, one process each (default 1)")
     mx.add_argument("--tasks", default="", help="only these task settings (comma-separated): run the grid in parts")
-    mx.add_argument("--report-only", action="store_true", help="train nothing; report the finished cells")
+    mx.add_argument("--report-only", action="store_true",
+                    help="train nothing; report the finished cells, each restored one checked first (its "
+                         "metrics complete, its config the grid's, its warm-start digest the cached or stored "
+                         "one's)")  # fmt: skip
     mx.add_argument("--store", default=None,
                     help="keep finished cells here and resume from them on another machine (default: the grid's "
                          "store:, none for --quick); 'none' keeps nothing")  # fmt: skip

@@ -48,9 +48,54 @@ def _ci_text(ci: list[float | None] | None) -> str:
     return f"[{_fmt(lo, '.2f')}, {'never' if hi is None else format(hi, '.2f')}]"
 
 
+def _k_text(k: float | None) -> str:
+    if k is None:
+        return "—"
+    return str(round(k)) if abs(k - round(k)) < 0.005 else f"{k:.2f}"
+
+
+def tuned_any(task: dict[str, Any]) -> bool:
+    """Whether some method of the task setting was compared at a tuned setting (then the others ran untuned)."""
+    return any(m.get("setting") for m in task["methods"].values())
+
+
+def ran_text(m: dict[str, Any], tuned: bool) -> str:
+    """What a method's cells ran: ``k × prompts a step``, its tuning setting or ``untuned`` where the grid tunes.
+
+    k is the measured rollouts per prompt, the prompts the cells' ``train.batch_size``; ``—`` where the JSON
+    predates ``ran``.
+    """
+    r = m.get("ran")
+    if not r:
+        return "—"
+    b, k = r.get("prompts_per_step"), m.get("rollouts_per_prompt")
+    b = "/".join(map(str, b)) if isinstance(b, list) else b
+    size = f"{b} prompts" if k is None else f"{_k_text(k)} × {b}"
+    if m.get("setting"):
+        return f"{size}, tuned: {m['setting']}"
+    return f"{size}, untuned" if tuned else size
+
+
+def untuned_note(task: dict[str, Any]) -> list[str]:
+    """A line under a table that compares untuned methods with tuned ones (none where nothing was tuned)."""
+    if not tuned_any(task):
+        return []
+    tuned = [n for n, m in task["methods"].items() if m.get("setting")]
+    untuned = [n for n, m in task["methods"].items() if not m.get("setting")]
+    if not untuned:
+        return []
+    return [
+        f"Tuned: {', '.join(f'`{n}`' for n in tuned)} (each at its best setting of the sweep). Untuned, their configs "
+        f"as they are: {', '.join(f'`{n}`' for n in untuned)}; each difference between an untuned and a tuned "
+        "method (the reference among them) also holds the tuning's share.",
+        "",
+    ]
+
+
 def headline_rows(task: dict[str, Any]) -> list[list[str]]:
-    """One row per method: final ± CI, paired difference, the three ratios, grad norm, entropy, k."""
+    """One row per method: final ± CI, paired difference, the three ratios, grad norm, entropy, k, what ran."""
     rows = []
+    tuned = tuned_any(task)
     for name, m in task["methods"].items():
         ci = m["final_ci95"]
         final = f"{_fmt(m['final_mean'])} [{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci else _fmt(m["final_mean"])
@@ -70,6 +115,7 @@ def headline_rows(task: dict[str, Any]) -> list[list[str]]:
                 _fmt(m["grad_norm_mean"]),
                 _fmt(m["entropy_final"]),
                 _fmt(m["rollouts_per_prompt"], ".2f"),
+                ran_text(m, tuned),
             ]
         )
     return rows
@@ -88,6 +134,7 @@ HEADLINE_COLUMNS = (
     "grad norm",
     "entropy (final)",
     "k/prompt",
+    "ran: k × prompts a step",
 )
 
 
@@ -121,6 +168,7 @@ def write_matrix_report(
             f"{task['gain90_threshold']:.3f}, budget {task['budget_rollouts']:,} rollouts. "
             f'<a href="{html.escape(str(report.relative_to(out)))}">curves and figures</a></p>'
             f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+            + "".join(f"<p>{html.escape(line)}</p>" for line in untuned_note(task) if line)
         )
     page = (
         f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>v05 bench matrix {html.escape(grid.name)}'
@@ -140,32 +188,74 @@ README_END = "<!-- v05 bench matrix: end -->"
 
 PROTOCOL_MD = (
     "Every method of a task setting starts from the same warm start per seed (the seed also fixes the prompt order), "
-    "uses the same learning rate (1e-4, cosine over the rollout budget) and stops at the same rollout budget; {tuned}. "
+    "uses {optim} and stops at the same rollout budget; {tuned}. "
     "*final* is each seed's last eval pass rate (sampled, T = 1, the task's held-out split), mean "
     "and 95 % t-interval over seeds. *paired Δ* is eval − reference eval on the same seed, averaged over the common "
     "rollout grid (every eval), mean and 95 % t-interval over seeds, in points. *rollouts ÷ ref* is the rollouts the "
     "seed-mean curve needs to reach the reference's final, divided by the reference's own; the *90 % of its gain* "
     "column uses the threshold warm start + 0.9 × the reference's gain instead (off the plateau), and the *last-10 %* "
     "column the reference's mean over the last 10 % of its budget (a target a plateaued reference reaches before the "
-    "end); each ratio has a paired bootstrap 95 % interval over seeds of the seed-mean crossing (*never* where "
-    "resamples never reach it). *compute ÷ ref* is the same crossing in token-passes (a forward of one "
-    "token by one model counts 1, a backward 2): equal rollouts is not equal compute. grad norm is the mean over "
-    "steps, entropy the last step's."
+    "end); each ratio has a paired percentile-bootstrap 95 % interval over seeds of the seed-mean crossing (not a "
+    "t-interval; *never* where resamples never reach it). *compute ÷ ref* is the same crossing in token-passes (a "
+    "forward of one token by one model counts 1, a backward 2): equal rollouts is not equal compute. grad norm is the "
+    "mean over "
+    "steps, entropy the last step's. *ran: k × prompts a step* is what the cells ran, read from them: the measured "
+    "rollouts per prompt × their `train.batch_size`, and the tuning setting where the grid tunes."
 )
 
 
-def protocol_markdown(grid: Grid) -> str:
-    """The results page's protocol paragraph; it says which methods were tuned, and how, when the grid tunes."""
+def _lr_text(lr: float) -> str:
+    mantissa, exponent = f"{lr:e}".split("e")
+    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+
+
+def _optim_one(lr: Any, schedule: Any, warmup: Any) -> str:
+    lrs = lr if isinstance(lr, list) else [lr]
+    decay = {"constant": "held constant", "cosine": "cosine-decayed to 0 over the rollout budget"}.get(
+        schedule, f"schedule `{schedule}`"
+    )
+    return f"{' or '.join(_lr_text(v) for v in lrs)}, {decay} after {warmup} linear warm-up steps"
+
+
+def optim_text(results: dict[str, Any] | None) -> str:
+    """The learning rate and schedule the cells ran (each method's ``ran``), for the protocol paragraph.
+
+    One wording where every cell ran the same; else the most common one first and each other with the cells that ran
+    it. Without ``ran`` in the JSON (one written before it): the config's learning rate and schedule, unquoted.
+    """
+    combos: dict[str, list[tuple[str, str]]] = {}
+    for task, t in (results or {}).get("tasks", {}).items():
+        for name, m in t["methods"].items():
+            if (r := m.get("ran")) and r.get("lr") is not None:
+                text = _optim_one(r.get("lr"), r.get("schedule"), r.get("warmup_steps"))
+                combos.setdefault(text, []).append((task, name))
+    if not combos:
+        return "the learning rate and schedule of its config"
+    first, *others = sorted(combos, key=lambda c: -len(combos[c]))
+    if not others:
+        return f"the same learning rate ({first})"
+    rest = "; ".join(f"{c} for {', '.join(f'`{n}` on {task}' for task, n in combos[c])}" for c in others)
+    return f"the learning rate its cells ran ({first}; {rest})"
+
+
+def protocol_markdown(grid: Grid, results: dict[str, Any] | None = None) -> str:
+    """The results page's protocol paragraph.
+
+    It gives the learning rate and schedule the cells ran (:func:`optim_text`) and, when the grid tunes, which methods
+    were tuned, and how.
+    """
     t = grid.tuning
+    optim = optim_text(results)
     if t is None:
-        return PROTOCOL_MD.format(tuned="no method was tuned")
+        return PROTOCOL_MD.format(optim=optim, tuned="no method was tuned")
     tuned = (
         f"except that {', '.join(f'`{m}`' for m in t.methods)} were tuned alike: each ran every setting of the sweep "
         f"({', '.join(f'`{s.name}`' for s in t.settings)}) on seed {t.seed}, which is not compared, and is compared "
         f"at the setting with the best tuning score (rule `{t.rule}`, scored on the {t.split} split, per task "
-        "setting); the other methods ran their configs as they are"
+        "setting); the other methods ran their configs as they are, untuned, and are compared with tuned ones (the "
+        "reference among them) all the same: each table marks them"
     )
-    return PROTOCOL_MD.format(tuned=tuned)
+    return PROTOCOL_MD.format(optim=optim, tuned=tuned)
 
 
 def _m(task: dict[str, Any], name: str) -> dict[str, Any] | None:
@@ -288,17 +378,35 @@ def claims(results: dict[str, Any]) -> list[str]:
             return "no V0.5-line method."
         n, m = max(v05, key=lambda nm: -math.inf if nm[1]["paired_diff_mean"] is None else nm[1]["paired_diff_mean"])
         diff = _points_ci(m["paired_diff_mean"], m.get("paired_diff_ci95"), m["paired_diff_se"])
+        untuned = ", untuned against a tuned reference" if tuned_any(t) and not m.get("setting") else ""
         return (
-            f"best V0.5-line method `{n}` (picked after the fact): {diff} points, rollouts ÷ ref "
+            f"best V0.5-line method `{n}` (picked after the fact{untuned}): {diff} points, rollouts ÷ ref "
             f"{_ratio_text(m['rollout_ratio'])}, at 90 % of the gain {_ratio_text(m['rollout_ratio_gain90'])} "
             f"{_ci_text(m['rollout_ratio_gain90_ci95'])}, compute ÷ ref {_ratio_text(m['compute_ratio'])}."
         )
 
     out.append(
         "**The promise: the same learning for fewer rollouts**, against the better GRPO (the reference); the oracle "
-        "prior (simulation-only) is left out; points paired, 95 % t-interval over seeds. " + per_task(best)
+        "prior (a bound: its pass rates come from extra rollouts that no method's budget counts) is left out; points "
+        "paired, 95 % t-interval over seeds; the ratio at 90 % of the gain with its paired percentile-bootstrap "
+        "95 % interval. " + per_task(best)
     )
     return out
+
+
+def warm_sft_text(task: dict[str, Any]) -> str:
+    """The SFT warm-up's target against what its records measured at its stop (``warm_start_sft``), or nothing."""
+    w = task.get("warm_start_sft")
+    if not w or w.get("pass_rate_mean") is None:
+        return ""
+    target = w["target"] if not isinstance(w["target"], list) else None
+    spread = "" if w["n"] < 2 else f", {w['pass_rate_min']:.3f}–{w['pass_rate_max']:.3f}"
+    missing = f"; {w['n_missing']} record(s) not found" if w.get("n_missing") else ""
+    return (
+        (f"; the SFT warm-up targeted {target:.2f}" if target is not None else "; the SFT warm-up")
+        + f" and stopped at {w['pass_rate_mean']:.3f} on the {w['split']} split (mean of {w['n']} warm start"
+        + f"{'s' if w['n'] != 1 else ''}{spread}; their records, `sft.json`{missing})"
+    )
 
 
 def methods_markdown(grid: Grid) -> list[str]:
@@ -352,7 +460,7 @@ def results_markdown(grid: Grid, results: dict[str, Any], meta: dict[str, Any]) 
         "",
         "## Protocol",
         "",
-        protocol_markdown(grid),
+        protocol_markdown(grid, results),
         "",
         *methods_markdown(grid),
     ]
@@ -361,7 +469,8 @@ def results_markdown(grid: Grid, results: dict[str, Any], meta: dict[str, Any]) 
             f"## {name} ({t['regime']} regime" + (f", {t['pool']} pool)" if "pool" in t else ")"),
             "",
             (t["description"] + " ") if t["description"] else "",
-            f"Warm start {t['warm_start_eval']:.3f}; reference `{t['reference']}` final {t['reference_final']:.3f}; "
+            f"Warm start {t['warm_start_eval']:.3f} measured (the eval split at step 0, seed mean){warm_sft_text(t)}; "
+            f"reference `{t['reference']}` final {t['reference_final']:.3f}; "
             f"90 % threshold {t['gain90_threshold']:.3f}; budget {t['budget_rollouts']:,} rollouts per run; the "
             f"reference gained {100 * t['reference_last_quarter_gain']:+.1f} points over the last quarter of it. "
             f"Figures: `{name}/report/` under the grid's `--out` (eval vs rollouts and vs compute, grad norm, "
@@ -369,7 +478,8 @@ def results_markdown(grid: Grid, results: dict[str, Any], meta: dict[str, Any]) 
             "",
             markdown_table(t),
             "",
-            *attribution_markdown(results.get("attribution", {}).get(name)),
+            *untuned_note(t),
+            *attribution_markdown(results.get("attribution", {}).get(name), t),
             *tuning_markdown(grid, t.get("tuning")),
         ]
     for name, pending in results.get("pending", {}).items():
@@ -408,33 +518,55 @@ def results_markdown(grid: Grid, results: dict[str, Any], meta: dict[str, Any]) 
     return "\n".join(line for line in lines if line is not None).rstrip() + "\n"
 
 
-def attribution_markdown(table: dict[str, Any] | None) -> list[str]:
-    """One task setting's attribution table (:func:`attribution_results`) as markdown lines."""
+def attribution_markdown(table: dict[str, Any] | None, task: dict[str, Any] | None = None) -> list[str]:
+    """One task setting's attribution table (:func:`attribution_results`) as markdown lines.
+
+    With the task setting's results (``task``), each row also says what each side ran (:func:`ran_text`: its real
+    batch and tuning, which the factor's wording, from the grid file, may not match) and the rows that set an
+    untuned method against a tuned one are marked.
+    """
     if not table:
         return []
+    methods = (task or {}).get("methods", {})
+    tuned = task is not None and tuned_any(task)
+
+    def side(name: str) -> str:
+        return f"`{name}`" + (f" ({ran_text(methods[name], tuned)})" if name in methods else "")
+
     lines = [
         "Attribution (each row: the first method − the second, paired over their common seeds; points with the 95 % "
-        "t-interval over seeds; rollouts the first needs to reach the second's final ÷ the second's own):",
+        "t-interval over seeds; rollouts the first needs to reach the second's final ÷ the second's own, a point "
+        "estimate; the factor is the grid file's wording, *ran* is what the cells ran):",
         "",
-        "| factor | method − versus | Δ, points [95% CI] | seeds | rollouts to versus's final |",
+        "| factor | method − versus (ran: k × prompts a step) | Δ, points [95% CI] | seeds "
+        "| rollouts to versus's final |",
         "|---|---|---|---|---|",
     ]
+    mixed = False
     for row in table["rows"]:
         diff = _points_ci(row["diff"], row.get("ci95")) if row["diff"] is not None else "pending"
         ratio = _ratio_text(row["rollout_ratio"]) if row["diff"] is not None else "—"
-        lines.append(f"| {row['factor']} | `{row['method']}` − `{row['versus']}` | {diff} | {row.get('n', '—')} | "
-                     f"{ratio} |")  # fmt: skip
+        sides = [methods.get(row["method"], {}), methods.get(row["versus"], {})]
+        flag = tuned and all(sides) and len({bool(m.get("setting")) for m in sides}) == 2
+        mixed |= flag
+        lines.append(f"| {row['factor']}{' †' if flag else ''} | {side(row['method'])} − {side(row['versus'])} | "
+                     f"{diff} | {row.get('n', '—')} | {ratio} |")  # fmt: skip
+    if mixed:
+        lines += ["", "† an untuned method against a tuned one: the difference also holds the tuning's share."]
     h = table.get("headroom")
     if h is not None and h["oracle_diff"] is not None:
         best = "no learned prior has finished" if h["best_learned"] is None else (
-            f"the best learned prior, `{h['best_learned']}` (picked after the fact), "
+            f"the best learned prior, `{h['best_learned']}` (picked after the fact"
+            f"{'' if h['best_learned'] not in methods else ', ' + ran_text(methods[h['best_learned']], tuned)}), "
             f"{_points_ci(h['best_learned_diff'], h['best_learned_ci95'])}")  # fmt: skip
         ci = h["oracle_ci95"]
         captured = (f"; it captures {h['captured']:.0%} of the oracle's gain" if h["captured"] is not None else
                     "" if h["best_learned"] is None or ci is None or ci[0] > 0 else
                     "; no share of the oracle's gain is quoted: that gain's interval reaches 0")  # fmt: skip
-        lines += ["", f"Headroom over `{h['control']}`: the oracle `{h['oracle']}` "
-                      f"{_points_ci(h['oracle_diff'], h['oracle_ci95'])} points; {best}{captured}."]  # fmt: skip
+        status = {n: (f" ({ran_text(methods[n], tuned)})" if n in methods else "") for n in (h["control"], h["oracle"])}
+        lines += ["", f"Headroom over `{h['control']}`{status[h['control']]}: the oracle `{h['oracle']}`"
+                      f"{status[h['oracle']]} {_points_ci(h['oracle_diff'], h['oracle_ci95'])} points; "
+                      f"{best}{captured}."]  # fmt: skip
     return [*lines, ""]
 
 
@@ -481,6 +613,7 @@ def readme_section(results: dict[str, Any], meta: dict[str, Any], doc: str) -> s
             "",
             markdown_table(t),
             "",
+            *untuned_note(t),
         ]
     return "\n".join([*lines, README_END])
 
@@ -509,6 +642,11 @@ __all__ = [
     "readme_section",
     "replace_readme_section",
     "results_markdown",
+    "optim_text",
+    "ran_text",
+    "tuned_any",
     "tuning_markdown",
+    "untuned_note",
+    "warm_sft_text",
     "write_matrix_report",
 ]

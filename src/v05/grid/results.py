@@ -23,11 +23,13 @@ import json
 import logging
 import math
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from v05.grid.cells import Cell
+from v05.grid.ran import ran, warm_start_record
 from v05.grid.spec import Attribution, Grid, GridMethod, GridTask
 from v05.grid.store import STORED_NAME, is_finished
 from v05.grid.tuning import start_eval, tuning_results
@@ -215,6 +217,7 @@ def task_results(
             "prior_tau2": seed_mean(runs, "prior/tau2"),
             "prior_n0": seed_mean(runs, "prior/n0"),
             "wall_time_s": mean_se([v for v in (r.last("wall_time") for r in runs) if v is not None])[0],
+            "ran": ran(runs),
         }
         if control in groups:
             out[name] |= {
@@ -256,10 +259,14 @@ def _nan_to_none(value: Any) -> Any:
     return value
 
 
-def matrix_results(grid: Grid, cells: Sequence[Cell], tune: Sequence[Cell] = ()) -> dict[str, Any]:
+def matrix_results(
+    grid: Grid, cells: Sequence[Cell], tune: Sequence[Cell] = (), *, store: Path | None = None
+) -> dict[str, Any]:
     """The matrix JSON over the finished cells (a method with no finished seed on a task is left out of it).
 
     With a tuning sweep, each task gets ``tuning`` (:func:`tuning_results`) and each tuned method its ``setting``.
+    Each task's ``warm_start_sft`` is :func:`warm_start_record` of its comparison cells (read from ``store`` where this
+    machine has not cached them).
     A task whose reference has no finished cell yet (say, a tuned reference whose sweep is still running) is left
     out, with a warning: a grid run in parts reports the tasks it can; its tuning sweep so far goes to ``pending``.
     """
@@ -283,6 +290,7 @@ def matrix_results(grid: Grid, cells: Sequence[Cell], tune: Sequence[Cell] = ())
         if grid.attribution is not None:
             planned = {m.name for m in grid.methods if m.runs_on(task.name)}
             attribution[task.name] = attribution_results(grid.attribution, groups, planned=planned)
+        tasks[task.name]["warm_start_sft"] = warm_start_record([c for c in cells if c.task.name == task.name], store)
         for name, entry in tasks[task.name]["methods"].items():
             entry["setting"] = settings.get(name)
         if grid.tuning is not None:

@@ -29,7 +29,14 @@ from v05.grid.cells import Cell, grid_cells, tuning_cells
 from v05.grid.render import readme_section, replace_readme_section, results_markdown, write_matrix_report
 from v05.grid.results import matrix_results, run_meta
 from v05.grid.spec import load_grid
-from v05.grid.store import cell_state, keep_warm_starts, restore_cells, restore_warm_starts, store_cell
+from v05.grid.store import (
+    cell_state,
+    keep_warm_starts,
+    restore_cells,
+    restore_warm_starts,
+    store_cell,
+    verify_stored,
+)
 from v05.grid.tuning import choose_settings, recommendation, recommended_yaml
 from v05.train.config import TrainConfig
 from v05.train.loop import train
@@ -177,7 +184,9 @@ def bench_matrix(
 
     ``tasks`` restricts the run (and the results) to some task settings: the grid can run in parts. ``store``
     (default: the grid's ``store:``; ``"none"``: no store) keeps every finished cell and restores the ones this
-    ``out`` lacks, so that parts can run on fresh machines (:func:`v05.grid.store.restore_cells`). ``recommended``:
+    ``out`` lacks, so that parts can run on fresh machines (:func:`v05.grid.store.restore_cells`). Without
+    ``train_cells`` (``--report-only``) every restored cell is checked first (:func:`v05.grid.store.verify_stored`:
+    complete, of its config, from the warm start it pairs on). ``recommended``:
     where to write the recommended configuration (:func:`v05.grid.tuning.recommended_yaml`) once the tuning sweep
     has picked it.
 
@@ -206,15 +215,17 @@ def bench_matrix(
     def run(batch: list[Cell]) -> None:
         if train_cells:
             failures.update(run_grid(batch, workers=workers, progress=progress, store=kept))
-        elif kept is not None:
+            return
+        if kept is not None:
             restore_cells(batch, kept)
+        verify_stored(batch, kept)  # a report only: every restored cell complete, and from the warm start it pairs on
 
     tune = tuning_cells(grid, out, quick=quick)  # the equal tuning budget first: it picks the tuned settings
     run(tune)
     choices = choose_settings(grid, tune)
     cells = grid_cells(grid, out, quick=quick, choices=choices)
     run(cells)
-    results = matrix_results(grid, cells, tune)
+    results = matrix_results(grid, cells, tune, store=kept)
     results["recommended"] = recommendation(grid, tune)
     meta = run_meta(command or f"v05 bench matrix {grid_path}", [*tune, *cells], time.monotonic() - start)
     meta["tuning_pending"] = sorted(f"{t}/{m}" for (t, m), v in choices.items() if v is None)

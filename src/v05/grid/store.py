@@ -1,11 +1,13 @@
 """A cell's state, and the store: finished cells and warm starts kept (committed) so a grid runs in parts anywhere.
 
-A cell is ``done`` (a finished run of its config: ``final/``, or restored from a store), ``resume`` (a checkpoint) or
-``new`` (:func:`cell_state`); a run directory holding another config is refused. The store (the grid's ``store:``)
-keeps each finished cell as ``config.yaml``, ``metrics.jsonl.gz`` and ``stored.json`` (the warm start's weight digest
-and the hardware), and each warm start once; a fresh ``--out`` restores the stored cells instead of training them,
-but only where this machine's cached warm start has the same digest: cells pair only when they start from the same
-weights.
+A cell is ``done`` (a finished run of its config: ``final/``, or restored from a store and checked by
+:func:`stored_problem`), ``resume`` (a checkpoint) or ``new`` (:func:`cell_state`); a run directory holding another
+config, or a restored cell that fails the check, is refused. The store (the grid's ``store:``) keeps each finished
+cell as ``config.yaml``, ``metrics.jsonl.gz`` and ``stored.json`` (the warm start's weight digest and the hardware),
+and each warm start once; a fresh ``--out`` restores the stored cells instead of training them, but only where the
+warm start they would pair on (this machine's cached one, else the store's copy) has the same digest: cells pair only
+when they start from the same weights. :func:`verify_stored` applies the same check to every restored cell of a
+report (``--report-only``).
 """
 
 from __future__ import annotations
@@ -33,8 +35,81 @@ STORED_NAME = "stored.json"
 
 
 def is_finished(cell: Cell) -> bool:
-    """Whether the cell's run directory holds a finished run (trained here, or restored from a store)."""
-    return (cell.run_dir / "final").is_dir() or (cell.run_dir / STORED_NAME).is_file()
+    """Whether the cell's run directory holds a finished run of its config.
+
+    Trained here: ``final/`` and the metrics. Restored from a store: ``stored.json`` and no :func:`stored_problem`
+    (the metrics reach the run's end, the config is the cell's, the warm-start digest is the cached warm start's);
+    a restored cell that fails the check is not finished (logged once with the reason).
+    """
+    if (cell.run_dir / "final").is_dir():
+        return (cell.run_dir / METRICS_NAME).is_file()
+    if not (cell.run_dir / STORED_NAME).is_file():
+        return False
+    problem = stored_problem(cell)
+    if problem is not None and (cell.run_dir, problem) not in _warned:
+        _warned.add((cell.run_dir, problem))
+        logger.warning("%s is not a finished cell: %s", cell.run_dir, problem)
+    return problem is None
+
+
+_warned: set[tuple[Path, str]] = set()
+
+
+def stored_problem(cell: Cell, store: Path | None = None) -> str | None:
+    """Why the restored cell in ``cell.run_dir`` is not a complete run of the cell's config; None when it is.
+
+    Checks that ``stored.json`` is a record with the warm start's digest, the metrics are there and their last rows
+    reach the run's end (``train.steps`` or ``train.max_rollouts``), ``config.yaml`` loads to the cell's config, and
+    the recorded digest is that of the warm start the cell would pair on (:func:`expected_digest`: this machine's
+    cached one, else ``store``'s copy; not compared when neither exists).
+    """
+    run_dir = cell.run_dir
+    try:
+        info = json.loads((run_dir / STORED_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return f"{STORED_NAME} is missing or not JSON"
+    if not isinstance(info, dict) or "warm_start" not in info:
+        return f"{STORED_NAME} records no warm-start digest"
+    if not (run_dir / "config.yaml").is_file() or not _same_config(run_dir / "config.yaml", cell.cfg):
+        return "its config.yaml is missing or another config than the grid's cell"
+    end = _last_rows(run_dir / METRICS_NAME)
+    if end is None:
+        return f"{METRICS_NAME} is missing, empty or torn"
+    steps, rollouts = end
+    train = cell.cfg.train
+    if steps < train.steps and (train.max_rollouts is None or rollouts < train.max_rollouts):
+        budget = f"{train.steps} steps" + ("" if train.max_rollouts is None else f" or {train.max_rollouts} rollouts")
+        return f"its metrics end at step {steps}, {rollouts} rollouts, before the run's end ({budget})"
+    expected = expected_digest(cell.cfg, store)
+    if expected is not None and info["warm_start"] != expected:
+        return (f"it was trained from warm start {info['warm_start']} but the warm start it pairs on "
+                f"({warm_start_dir(cell.cfg).name}) is {expected}")  # fmt: skip
+    return None
+
+
+def _last_rows(metrics: Path, tail: int = 1 << 16) -> tuple[int, int] | None:
+    """(the largest step, the largest rollouts_total) over the metrics file's last rows; None without a readable row.
+
+    Reads the file's last ``tail`` bytes (the first line read may be cut, and is skipped); a row that is not JSON
+    (a torn copy) makes it None.
+    """
+    try:
+        with metrics.open("rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - tail))
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    rows = []
+    for line in lines[1:] if size > tail else lines:
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            return None
+    rows = [r for r in rows if isinstance(r, dict)]
+    if not rows:
+        return None
+    return max(int(r.get("step") or 0) for r in rows), max(int(r.get("rollouts_total") or 0) for r in rows)
 
 
 def cell_state(cell: Cell) -> str:
@@ -42,7 +117,8 @@ def cell_state(cell: Cell) -> str:
 
     Raises:
         ValueError: the run directory holds a run of another config (the grid changed: delete it or use another
-            ``--out``).
+            ``--out``), or a restored cell that fails :func:`stored_problem` (an incomplete copy, or another warm
+            start than this machine's).
     """
     saved = cell.run_dir / "config.yaml"
     if saved.is_file() and not _same_config(saved, cell.cfg):  # loaded: a field added since reads as its default
@@ -50,6 +126,11 @@ def cell_state(cell: Cell) -> str:
             f"{cell.run_dir} holds a run of another config than the grid's cell {cell.task.name}/{cell.method.name}: "
             "delete it or pass another --out"
         )
+    if (cell.run_dir / STORED_NAME).is_file() and not (cell.run_dir / "final").is_dir():
+        problem = stored_problem(cell)
+        if problem is not None:
+            raise ValueError(f"{cell.run_dir} holds a restored cell that does not check: {problem}; delete it or "
+                             "pass another --out")  # fmt: skip
     if is_finished(cell):
         return "done"
     return "resume" if latest_checkpoint(cell.run_dir) is not None else "new"
@@ -63,14 +144,37 @@ def warm_start_digest(cfg: TrainConfig) -> str | None:
     """
     if not cfg.warmup.enabled:
         return None
-    folder = warm_start_dir(cfg)
+    return _folder_digest(warm_start_dir(cfg))
+
+
+def expected_digest(cfg: TrainConfig, store: Path | None = None) -> str | None:
+    """The digest of the warm start a cell of ``cfg`` pairs on: this machine's cached one, else ``store``'s copy.
+
+    None without a warm-up, or where neither is there (nothing to compare).
+    """
+    if not cfg.warmup.enabled:
+        return None
+    local = warm_start_digest(cfg)
+    if local is not None or store is None:
+        return local
+    return _folder_digest(store / WARM_STORE / warm_start_dir(cfg).name)
+
+
+_digests: dict[tuple[Path, tuple[tuple[str, int, int, int], ...]], str] = {}
+
+
+def _folder_digest(folder: Path) -> str | None:
+    """SHA-256 (16 hex digits) of a warm-start folder's weight files, None without any (cached by size and mtime)."""
     files = sorted(folder.glob("*.safetensors")) + sorted(folder.glob("*.bin"))
     if not files:
         return None
-    digest = hashlib.sha256()
-    for file in files:
-        digest.update(file.read_bytes())
-    return digest.hexdigest()[:16]
+    key = (folder, tuple((f.name, (st := f.stat()).st_size, st.st_mtime_ns, st.st_ino) for f in files))
+    if key not in _digests:
+        digest = hashlib.sha256()
+        for file in files:
+            digest.update(file.read_bytes())
+        _digests[key] = digest.hexdigest()[:16]
+    return _digests[key]
 
 
 def _stored(cell: Cell, store: Path) -> Path:
@@ -136,10 +240,16 @@ def keep_warm_starts(warm: Iterable[Path], store: Path) -> None:
 
 def _same_config(saved: Path, cfg: TrainConfig) -> bool:
     """Whether a stored ``config.yaml`` loads (with this version's defaults for fields added since) to ``cfg``."""
-    try:
-        return load_config(str(saved)) == cfg
-    except ValueError:  # a field removed or renamed since: another config
-        return False
+    key = saved.read_text(encoding="utf-8")  # loaded once per text: a report checks each cell several times
+    if key not in _loaded:
+        try:
+            _loaded[key] = load_config(str(saved))
+        except ValueError:  # a field removed or renamed since: another config
+            _loaded[key] = None
+    return _loaded[key] == cfg
+
+
+_loaded: dict[str, TrainConfig | None] = {}
 
 
 def restore_cells(cells: Sequence[Cell], store: Path) -> int:
@@ -149,9 +259,9 @@ def restore_cells(cells: Sequence[Cell], store: Path) -> int:
     as loaded, so a field added to the trainer since (at its default) does not make a stored cell stale.
 
     Raises:
-        ValueError: a stored cell started from another warm start than the one cached on this machine (they would
-            not pair: train the grid into another store). Without a cached warm start (a report only) nothing is
-            compared.
+        ValueError: a stored cell started from another warm start than the one it pairs on (this machine's cached
+            one, else the store's copy: :func:`expected_digest`); they would not pair: train the grid into another
+            store. Without either (nothing to compare) it is restored unchecked.
     """
     restored = 0
     for cell in cells:
@@ -162,11 +272,12 @@ def restore_cells(cells: Sequence[Cell], store: Path) -> int:
             logger.warning("store: %s holds another config than the grid's cell: it will be trained again", src)
             continue
         info = json.loads((src / STORED_NAME).read_text(encoding="utf-8"))
-        local = warm_start_digest(cell.cfg)
-        if local is not None and info.get("warm_start") != local:
+        expected = expected_digest(cell.cfg, store)
+        if expected is not None and info.get("warm_start") != expected:
+            where = "this machine's" if warm_start_digest(cell.cfg) is not None else "the store's copy's"
             raise ValueError(
-                f"store: {src} was trained from warm start {info.get('warm_start')} but this machine's is {local} "
-                f"({warm_start_dir(cell.cfg)}): the cells would not pair; delete that cached warm start (the "
+                f"store: {src} was trained from warm start {info.get('warm_start')} but {where} is {expected} "
+                f"({warm_start_dir(cell.cfg).name}): the cells would not pair; delete that cached warm start (the "
                 "store's is then used) or pass another --store"
             )
         cell.run_dir.mkdir(parents=True, exist_ok=True)
@@ -178,14 +289,40 @@ def restore_cells(cells: Sequence[Cell], store: Path) -> int:
     return restored
 
 
+def verify_stored(cells: Sequence[Cell], store: Path | None = None) -> int:
+    """Check every restored cell of ``cells`` (:func:`stored_problem`); returns how many were checked.
+
+    Digests are compared with this machine's cached warm starts, else with ``store``'s copies. ``--report-only``
+    runs it before reporting.
+
+    Raises:
+        ValueError: a restored cell that fails the check (the message names each, up to five): a report would
+            pair cells that did not start from the same weights, or count an incomplete run.
+    """
+    restored = [c for c in cells if (c.run_dir / STORED_NAME).is_file() and not (c.run_dir / "final").is_dir()]
+    problems = [(c, p) for c in restored if (p := stored_problem(c, store)) is not None]
+    if problems:
+        listed = "; ".join(f"{c.run_dir}: {p}" for c, p in problems[:5])
+        more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
+        raise ValueError(f"{len(problems)} restored cell(s) do not check: {listed}{more}")
+    unchecked = [c for c in restored if c.cfg.warmup.enabled and expected_digest(c.cfg, store) is None]
+    if unchecked:
+        logger.warning("%d restored cell(s) have no warm start here or in the store to compare digests with "
+                       "(e.g. %s)", len(unchecked), unchecked[0].run_dir)  # fmt: skip
+    return len(restored)
+
+
 __all__ = [
     "STORED_NAME",
     "WARM_STORE",
     "cell_state",
+    "expected_digest",
     "is_finished",
     "keep_warm_starts",
     "restore_cells",
     "restore_warm_starts",
     "store_cell",
+    "stored_problem",
+    "verify_stored",
     "warm_start_digest",
 ]

@@ -33,8 +33,11 @@ PROTOCOL = (
     "(std(ddof=1)/√n) over seeds; curves are interpolated linearly onto a common grid inside the range every seed "
     "covers. \u201cTo target\u201d is the rollouts at which the linearly interpolated eval curve first reaches the "
     "target, averaged over the seeds that reach it (n/N), and \u201c÷ ref\u201d divides it by the reference's "
-    "(< 1: fewer rollouts); \u201ccompute ÷ ref\u201d is the same ratio in token-passes (policy, critic, reference "
-    "and probe forwards count 1 per token, backwards 2): equal rollouts is not equal compute."
+    "(< 1: fewer rollouts); \u201ccompute ÷ ref\u201d is the same ratio in this trainer's token-passes (policy, "
+    "critic, reference and probe forwards count 1 per token, backwards 2): equal rollouts is not equal compute. "
+    "\u201cuser compute ÷ ref\u201d is the ratio in the token-passes a TRL or verl user would pay for the same "
+    "rollouts: every rollout's prompt through every update pass (this trainer runs a group's prompt once), and "
+    "prefill shared within a group, as vLLM's prefix cache does (\u2014 for runs that do not log it)."
 )
 
 CSS = """
@@ -56,6 +59,7 @@ COLUMNS = (
     ("reach_n", "reached", "reach"),
     ("reach_ratio", "÷ ref", "ratio"),
     ("reach_compute_ratio", "compute ÷ ref", "ratio"),
+    ("reach_compute_user_ratio", "user compute ÷ ref", "ratio"),
     ("rollouts_per_prompt", "k / prompt", "float2"),
     ("zero_adv_frac", "zero-A", "rate"),
     ("all_equal_frac", "all-equal", "rate"),
@@ -91,7 +95,7 @@ def _heading(summary: Sequence[dict[str, Any]]) -> str:
     return f"reference {row['reference']}, target eval pass rate {target}"
 
 
-def render_table(summary: Sequence[dict[str, Any]], *, width: int = 160) -> str:
+def render_table(summary: Sequence[dict[str, Any]], *, width: int = 190) -> str:
     """The summary as a plain-text table for the terminal (the reference row is marked with *).
 
     Args:

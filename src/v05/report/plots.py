@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from v05.report.runs import COMPUTE_KEY, EVAL_KEY, ROLLOUTS_KEY, Run, mean_curve
+from v05.report.runs import COMPUTE_KEY, COMPUTE_USER_KEY, EVAL_KEY, ROLLOUTS_KEY, Run, mean_curve
 
 SMOOTH_WINDOW = 5
 """Trailing moving-average window (logged steps) for per-step training metrics."""
@@ -229,6 +229,15 @@ SPECS = (
         draw=_eval_figure(COMPUTE_KEY, "token-passes (millions)", x_scale=1e6),
     ),
     _Spec(
+        filename="eval_vs_compute_user.png",
+        title="Eval pass rate vs compute as a TRL/verl user pays it",
+        caption="The same rollouts in the token-passes a TRL or verl user would pay: every rollout's prompt through "
+        "every update pass (this trainer runs a group's prompt once), prefill shared within a group (vLLM's prefix "
+        "cache), decode as generated.",
+        needs=((COMPUTE_USER_KEY, EVAL_KEY),),
+        draw=_eval_figure(COMPUTE_USER_KEY, "token-passes, as a TRL/verl user pays them (millions)", x_scale=1e6),
+    ),
+    _Spec(
         filename="eval_vs_steps.png",
         title="Eval pass rate vs step",
         caption="Methods that spend more rollouts per step look better here than at equal rollouts.",
@@ -325,7 +334,9 @@ def write_plots(groups: dict[str, list[Run]], out_dir: str | Path, *, target: fl
     plots = []
     for spec in SPECS:
         if not (_logs(groups, spec.needs) or (spec.k_hist and _has_k_hist(groups))):
-            logged = " or ".join(y for _, y in spec.needs) + (" or k_hist" if spec.k_hist else "")
+            logged = " or ".join(y if x in ("step", ROLLOUTS_KEY) else f"{y} with {x}" for x, y in spec.needs) + (
+                " or k_hist" if spec.k_hist else ""
+            )
             plots.append(
                 Plot(
                     filename=spec.filename,

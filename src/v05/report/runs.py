@@ -31,6 +31,9 @@ EVAL_KEY = "eval_pass_rate"
 ROLLOUTS_KEY = "rollouts_total"
 COMPUTE_KEY = "compute_total"
 """Cumulative token-passes (``v05.train.compute``): the compute axis beside the rollout axis."""
+COMPUTE_USER_KEY = "compute_user"
+"""Cumulative token-passes a TRL/verl user would pay for the same rollouts (every rollout's prompt through the update,
+prefill shared within a group): the second compute axis. Runs from before it was logged have none."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -315,7 +318,7 @@ def rollouts_to_reach(
     Args:
         run_or_group: one run, or the seeds of one method.
         target: eval pass rate in [0, 1].
-        x_key: the budget axis: ``rollouts_total`` (default) or ``compute_total``.
+        x_key: the budget axis: ``rollouts_total`` (default), ``compute_total`` or ``compute_user``.
 
     Returns:
         For a run: the rollouts, or None if never reached. For a group: a :class:`Reach` (mean ± SE over the seeds
@@ -406,6 +409,16 @@ def default_reference(groups: dict[str, list[Run]]) -> str:
     return max(grpo, key=lambda name: -math.inf if score[name] is None else score[name])  # first wins ties
 
 
+def _reach_on(
+    groups: dict[str, list[Run]], target: float | None, reference: str, x_key: str
+) -> tuple[dict[str, Reach | None], float | None]:
+    """Each group's :class:`Reach` of ``target`` on the ``x_key`` axis, and the reference's mean (None: not reached)."""
+    reach = {name: rollouts_to_reach(runs, target, x_key=x_key) if target is not None else None
+             for name, runs in groups.items()}  # fmt: skip
+    ref = reach[reference]
+    return reach, ref.mean if ref is not None else None
+
+
 def summary_table(
     groups: dict[str, list[Run]], *, target: float | None = None, reference: str | None = None
 ) -> list[dict[str, Any]]:
@@ -414,8 +427,10 @@ def summary_table(
     Per-seed numbers first, then mean ± SE over seeds: the final eval is each seed's last evaluation, the best its
     maximum; rollouts-per-prompt, zero-advantage and all-equal fractions are each seed's mean over its steps; grad
     norm and entropy are each seed's last value. ``reach_ratio`` = this method's mean rollouts to the target ÷ the
-    reference's (< 1: fewer rollouts); ``reach_compute_ratio`` the same in token-passes (``compute_total``): equal
-    rollouts is not equal compute (a critic, a probe's extra pass).
+    reference's (< 1: fewer rollouts); ``reach_compute_ratio`` the same in this trainer's token-passes
+    (``compute_total``): equal rollouts is not equal compute (a critic, a probe's extra pass);
+    ``reach_compute_user_ratio`` the same in the token-passes a TRL/verl user would pay (``compute_user``: no prompt
+    shared in the update, prefill shared within a group; None for runs that do not log it).
 
     Args:
         groups: method name -> its seeds (:func:`group_runs`).
@@ -441,18 +456,18 @@ def summary_table(
         raise ValueError(f"target must be an eval pass rate in [0, 1], got {target}")
     reach = {name: rollouts_to_reach(runs, target) if target is not None else None for name, runs in groups.items()}
     ref_reach = reach[reference].mean if reach[reference] is not None else None
-    reach_c = {name: rollouts_to_reach(runs, target, x_key=COMPUTE_KEY) if target is not None else None
-               for name, runs in groups.items()}  # fmt: skip
-    ref_reach_c = reach_c[reference].mean if reach_c[reference] is not None else None
+    reach_c, ref_reach_c = _reach_on(groups, target, reference, COMPUTE_KEY)
+    reach_u, ref_reach_u = _reach_on(groups, target, reference, COMPUTE_USER_KEY)
     rows = []
     for name, runs in groups.items():
         final, final_se = mean_se(_per_seed(runs, lambda r: r.last(EVAL_KEY)))
         best, best_se = mean_se(
             _per_seed(runs, lambda r: float(v.max()) if (v := r.series(EVAL_KEY)[1]).size else None)
         )
-        r, rc = reach[name], reach_c[name]
+        r, rc, ru = reach[name], reach_c[name], reach_u[name]
         ratio = crossing_ratio(r.mean if r is not None else None, ref_reach)
         ratio_c = crossing_ratio(rc.mean if rc is not None else None, ref_reach_c)
+        ratio_u = crossing_ratio(ru.mean if ru is not None else None, ref_reach_u)
         rows.append(
             {
                 "method": name,
@@ -470,6 +485,9 @@ def summary_table(
                 "compute_total": mean_se(_per_seed(runs, lambda r: r.last(COMPUTE_KEY)))[0],
                 "reach_compute": rc.mean if rc is not None else None,
                 "reach_compute_ratio": ratio_c,
+                "compute_user": mean_se(_per_seed(runs, lambda r: r.last(COMPUTE_USER_KEY)))[0],
+                "reach_compute_user": ru.mean if ru is not None else None,
+                "reach_compute_user_ratio": ratio_u,
                 "rollouts_per_prompt": seed_mean(runs, "rollouts_per_prompt"),
                 "zero_adv_frac": seed_mean(runs, "zero_adv_frac"),
                 "all_equal_frac": seed_mean(runs, "all_equal_frac"),

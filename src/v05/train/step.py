@@ -207,12 +207,12 @@ def update_policy(
             value_optimizer.zero_grad(set_to_none=True)
         for ch, part in zip(chunks, parts, strict=True):
             logp, entropy = part.logprobs(model, temp, with_entropy=True)
-            compute.forward("policy", part.prompt_mask, part.response_mask, backward=True)
+            compute.forward("policy", part.prompt_mask, part.response_mask, backward=True, rows=part.rows)
             ref_logp = None
             if reference is not None:
                 with torch.no_grad():
                     ref_logp, _ = part.logprobs(reference, temp, with_entropy=False)
-                compute.forward("reference", part.prompt_mask, part.response_mask)
+                compute.forward("reference", part.prompt_mask, part.response_mask, rows=part.rows)
             adv_ch = adv[ch] if adv.ndim == 1 else adv[ch][:, : part.response_ids.shape[1]]  # (n,) or (n, R')
             dev = logp.device  # rollouts live on the CPU; the policy may not
             terms = policy_loss(logp, part.old_logp.to(dev), adv_ch.to(dev), part.response_mask.to(dev),
@@ -304,7 +304,7 @@ class MicroBatch:
                 logp, _ = self.logprobs(model, temperature, with_entropy=False)
         finally:
             model.train(was_training)
-        compute.forward("recompute", self.prompt_mask, self.response_mask)
+        compute.forward("recompute", self.prompt_mask, self.response_mask, rows=self.rows)
         return dataclasses.replace(self, old_logp=logp.detach().float().cpu())
 
     def logprobs(self, model: Any, temperature: float, *, with_entropy: bool) -> tuple[Any, Any]:

@@ -321,8 +321,8 @@ def _count_pass(compute: ComputeMeter, part: str, rollouts: Any, group: np.ndarr
     if group is None:
         compute.forward(part, rollouts.prompt_mask, rollouts.response_mask)
         return
-    first, _ = prefix_rows(group)
-    compute.forward(part, rollouts.prompt_mask[torch.as_tensor(first)], rollouts.response_mask)
+    first, rows = prefix_rows(group)
+    compute.forward(part, rollouts.prompt_mask[torch.as_tensor(first)], rollouts.response_mask, rows=rows)
 
 
 def make_value_method(cfg: TrainConfig, model: Any, tokenizer: Any, rnd: Round) -> ValueMethod:
