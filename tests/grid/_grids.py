@@ -29,6 +29,7 @@ CONTRACT = {
     "rollout_ratio",
     "rollout_ratio_gain90",
     "compute_ratio",
+    "compute_ratio_user",
     "grad_norm_mean",
     "entropy_final",
 }

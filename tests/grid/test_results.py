@@ -106,3 +106,29 @@ def test_paired_ci_tail_target_and_the_attribution_table_by_hand():
                 "vs_running_mean_ci95"):  # fmt: skip
         assert key in res["methods"]["orc"]
     assert res["pool"] == "revisited"
+
+
+def test_the_user_compute_ratio_logged_and_recounted_by_hand():
+    """compute_ratio_user: the reference (GRPO k = 4, logged before compute_user was) is recounted from its parts;
+    each 500-rollout step: 125 prompts of 10 tokens (S = 5,000 prefilled here, G = 1,250 by the user), R = 2,500
+    response tokens, one shared-prefix forward + backward 3(G + R) = 11,250; the user pays G + R + 11,250 ×
+    (S + R)/(G + R) = 3,750 + 22,500 = 26,250 a step (this trainer 18,750). The k = 1 method logs compute_user =
+    10 a rollout and reaches the final at 500 rollouts: 5,000 / 52,500; this trainer's ratio is 5,000 / 37,500.
+    A recount with another k, or one that forgets the prefix sharing, gives another number."""
+    step = {"compute/generate": 7500, "tokens_step": 2500, "compute/policy": 11250}
+    ref = []
+    for s in (0, 1):
+        run = fake_run("grpo4", s, [(0, 0.2), (500, 0.4), (1000, 0.6)], compute_per_rollout=37.5)
+        run.config["allocator"]["options"] = {"k": 4}
+        run.config["train"]["share_prompt_prefix"] = True
+        for row in run.metrics[1:]:
+            row.update(step)
+        ref.append(run)
+    fast = [fake_run("fast", s, [(0, 0.2), (500, 0.6), (1000, 0.6)]) for s in (0, 1)]
+    for run in fast:
+        for row in run.metrics:
+            row["compute_user"] = 10 * row["rollouts_total"]
+    m, r = (task_of({"grpo4": ref, "fast": fast})["methods"][n] for n in ("fast", "grpo4"))
+    assert m["compute_ratio"] == pytest.approx(5000 / 37500)
+    assert m["compute_ratio_user"] == pytest.approx(5000 / 52500)
+    assert (m["compute_user_recount"], r["compute_user_recount"], r["compute_ratio_user"]) == ("logged", "exact", 1.0)

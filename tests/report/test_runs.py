@@ -8,7 +8,10 @@ import numpy as np
 import pytest
 
 from tests.report._fake import eval_run, write_run
+from v05.grid.tuning import tuning_score
 from v05.report.runs import (
+    EVAL_KEY,
+    ROLLOUTS_KEY,
     default_reference,
     find_run_dirs,
     group_runs,
@@ -16,6 +19,7 @@ from v05.report.runs import (
     load_runs,
     mean_curve,
     moving_average,
+    paired_difference,
     rollouts_to_reach,
     summary_table,
 )
@@ -259,3 +263,26 @@ def test_summary_gives_the_user_compute_ratio_beside_this_trainers(tmp_path):
     assert rows["grpo4"]["compute_user"] == 4800 and rows["k1"]["compute_user"] == 4500
     assert rows["old"]["reach_compute_ratio"] == pytest.approx(1.5)
     assert rows["old"]["reach_compute_user_ratio"] is None and rows["old"]["compute_user"] is None
+
+
+def test_an_offline_init_counts_on_the_rollout_axis(tmp_path):
+    """spo-offline's step-0 row sits at x = init (the warm start, untrained): the loaded run starts at x = 0 with the
+    same eval, so a paired difference covers [0, init] at the warm start's value (flat) instead of starting where
+    the init ends, and the tuning score fills the evaluations a run without the init would have had. A mutation
+    that drops the synthetic row, or gives it another eval, changes both numbers."""
+    points = ((0, 400, 50, 0.2), (1, 600, 80, 0.6), (2, 800, 110, 0.6))
+    lines = [{"step": s, "rollouts_total": x, "init_rollouts": 400, "compute_total": c, "eval_pass_rate": e}
+             for s, x, c, e in points]  # fmt: skip
+    path = write_run(tmp_path, "init", name="spo_offline", seed=0, lines=lines)
+    cfg = path / "config.yaml"
+    cfg.write_text(cfg.read_text() + "eval: {every_rollouts: 200}\n")
+    run = load_run(path)
+    x, y = run.series_vs(ROLLOUTS_KEY, EVAL_KEY)
+    assert x.tolist() == [0, 400, 600, 800] and y.tolist() == [0.2, 0.2, 0.6, 0.6]
+    assert run.series_vs(ROLLOUTS_KEY, "compute_total")[1].tolist() == [0, 50, 80, 110]
+    flat = eval_run(tmp_path, "flat", "ref", 0, [(0, 0.2), (200, 0.4), (400, 0.4), (600, 0.4), (800, 0.4)])
+    d = paired_difference([run], [load_run(flat)])["mean"]
+    # grid {0, 200, 400, 600, 800}: run 0.2, 0.2, 0.2, 0.6, 0.6 against 0.2, 0.4, 0.4, 0.4, 0.4
+    assert d == pytest.approx((0 - 0.2 - 0.2 + 0.2 + 0.2) / 5)
+    assert tuning_score(run) == pytest.approx((0.2 + 0.2 + 0.6 + 0.6) / 4)  # x = 200 filled, 400 the warm start
+    assert run.last("eval_pass_rate") == 0.6 and run.last("rollouts_total") == 800

@@ -15,7 +15,7 @@ import torch
 from tests.train._rows import rows_of
 from v05.engines.hf import GenerationConfig, HFEngine
 from v05.train.checkpoint import COMPUTE_TOTALS
-from v05.train.compute import PARTS, UPDATE_PARTS, ComputeMeter
+from v05.train.compute import PARTS, UPDATE_PARTS, ComputeMeter, user_step_recount
 from v05.train.config import load_config
 from v05.train.loop import train
 from v05.train.policy import PolicyConfig, load_policy
@@ -169,6 +169,13 @@ def test_grpo_k4_by_hand_and_against_the_unshared_update(tmp_path, tiny_override
     assert plain[0]["tokens_step"] == shared[0]["tokens_step"]
     assert shared[0]["compute_user/update"] == plain[0]["compute/update"]
     assert shared[-1]["compute_user"] > shared[-1]["compute_total"]
+    # the grids' recount from the parts older cells logged gives the logged compute_user_step exactly (at k = 4,
+    # shared or not), and not at another k or with the prefix flag flipped
+    for rows, flag in ((shared, True), (plain, False)):
+        for r in rows:
+            assert user_step_recount(r, 4, shared_prefix=flag) == r["compute_user_step"]
+            assert user_step_recount(r, 2, shared_prefix=flag) != r["compute_user_step"]
+            assert user_step_recount(r, 4, shared_prefix=not flag) != r["compute_user_step"]
 
 
 @pytest.mark.parametrize("share", ["true", "false"])
@@ -180,6 +187,7 @@ def test_k1_user_pays_what_this_trainer_pays(tmp_path, tiny_overrides, share):
     for r in steps:
         assert (r["compute_user/prefill"], r["compute_user/update"], r["compute_user_step"]) == (
             r["compute/prefill"], r["compute/update"], r["compute_step"])  # fmt: skip
+        assert user_step_recount(r, 1, shared_prefix=share == "true") == r["compute_step"]
     assert all(r["compute_user"] == r["compute_total"] and r["update_user_total"] == r["update_total"] for r in rows)
 
 

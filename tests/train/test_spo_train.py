@@ -79,3 +79,20 @@ def test_the_offline_init_is_counted_and_starts_the_tracker(tmp_path, tiny_overr
     s = (alpha / (alpha + beta)) * 5 - 0.5  # p̂·(n + 1) − ½
     np.testing.assert_allclose(s, np.round(s), atol=1e-9)
     assert s.min() >= 0 and s.max() <= 4
+
+
+def test_an_offline_init_over_the_budget_is_refused_and_quick_caps_it(tmp_path, tiny_overrides):
+    """The init counts against train.max_rollouts: an init at or over it (50 prompts × 4 = 200 ≥ 200) stops with
+    one line before a rollout is drawn, not a run that trains 0 steps; ``offline_prompts`` caps the init to the
+    pool's first prompts; ``--quick`` on the packaged spo-offline (2,000 × 8 = 16,000 rollouts over a 1,536 budget)
+    caps it to half the quick budget and trains."""
+    over = [*tiny_overrides, *SPO, "prior.options={offline: true, offline_n: 4, rho: constant}"]
+    with pytest.raises(ValueError, match=r"offline init draws 200 rollouts .* train\.max_rollouts=200"):
+        train(load_config(None, [*over, "train.max_rollouts=200"]), tmp_path / "over")
+    assert not list((tmp_path / "over").glob("checkpoint*"))
+    capped = [*tiny_overrides, *SPO, "prior.options={offline: true, offline_n: 4, rho: constant, offline_prompts: 10}"]
+    train(load_config(None, capped), tmp_path / "capped")
+    assert rows_of(tmp_path / "capped")[0]["init_rollouts"] == 40
+    quick = load_config("spo-offline", quick=True)
+    assert quick.prior.options["offline_prompts"] * 8 == quick.train.max_rollouts // 2
+    assert load_config("spo", quick=True).prior.options == {}

@@ -161,8 +161,9 @@ class V05GRPOConfig(trl.GRPOConfig):
             and ``poise``, which needs probe values from the policy's hidden states).
         v05_estimator_options: keyword options of the estimator (e.g. ``{"noise": "plugin"}``); the context options
             (``state``, ``prompt_ids``, ``step``, ``prior``, ``mu``, ``values``) are refused: the adapter fills them.
-        v05_prior: a name in ``v05.priors.PROVIDERS`` (default ``running_mean``; the simulation-only ``oracle`` is
-            refused); required by prior-fusion estimators (``v05``, ``v05_eb``), ignored by the others.
+        v05_prior: a name in ``v05.priors.PROVIDERS`` (default ``running_mean``; ``oracle``, a bound whose extra
+            rollouts of the current policy only ``v05 train`` draws, is refused); required by prior-fusion
+            estimators (``v05``, ``v05_eb``), ignored by the others.
         v05_prior_options: keyword options of the provider.
         v05_feed_n0: give the provider's pseudo-count n0 to estimators with an ``n0`` option (``v05_eb``) unless
             ``v05_estimator_options`` fixes ``n0``.
@@ -260,8 +261,9 @@ class V05GRPOConfig(trl.GRPOConfig):
         if self.v05_prior is not None and self.v05_prior not in PROVIDERS:
             raise ValueError(f"unknown v05_prior {self.v05_prior!r}; valid: {', '.join(PROVIDERS)}, or None")
         if self.v05_prior is not None and PROVIDERS[self.v05_prior].needs_sampler:
-            raise ValueError(f"v05_prior={self.v05_prior!r} is a simulation-only bound whose extra rollouts only "
-                             "v05 train draws; use a learned prior (running_mean, history, v0, combined)")  # fmt: skip
+            raise ValueError(f"v05_prior={self.v05_prior!r} is a bound whose extra rollouts of the current "
+                             "policy only v05 train draws; use a learned prior (running_mean, history, v0, "
+                             "combined)")  # fmt: skip
         if spec.uses_prior and self.v05_prior is None:
             raise ValueError(
                 f"v05_estimator={self.v05_estimator!r} fuses a prior: set v05_prior to one of {', '.join(PROVIDERS)}"

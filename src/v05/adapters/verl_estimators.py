@@ -120,8 +120,8 @@ class VerlConfig:
             )
         if self.provider is not None and PROVIDERS[self.provider].needs_sampler:
             raise ValueError(
-                f"algorithm.v05.provider={self.provider!r} is a simulation-only bound whose extra rollouts only v05 "
-                "train draws; use a learned prior (running_mean, history, v0, combined)"
+                f"algorithm.v05.provider={self.provider!r} is a bound whose extra rollouts of the current policy only "
+                "v05 train draws; use a learned prior (running_mean, history, v0, combined)"
             )
         if self.allocator not in ("fixed", "osla", "spo"):
             raise ValueError(

@@ -112,6 +112,7 @@ def headline_rows(task: dict[str, Any]) -> list[list[str]]:
                 f"{_ratio_text(m['rollout_ratio_gain90'])} {_ci_text(m['rollout_ratio_gain90_ci95'])}",
                 f"{_ratio_text(m.get('rollout_ratio_tail10'))} {_ci_text(m.get('rollout_ratio_tail10_ci95'))}",
                 _ratio_text(m["compute_ratio"]),
+                _ratio_text(m.get("compute_ratio_user")) + _RECOUNT_MARK.get(m.get("compute_user_recount") or "", ""),
                 _fmt(m["grad_norm_mean"]),
                 _fmt(m["entropy_final"]),
                 _fmt(m["rollouts_per_prompt"], ".2f"),
@@ -130,12 +131,17 @@ HEADLINE_COLUMNS = (
     "rollouts ÷ ref to its final [95% CI]",
     "… to 90% of its gain [95% CI]",
     "… to its last-10% mean [95% CI]",
-    "compute ÷ ref",
+    "compute ÷ ref (this trainer)",
+    "compute ÷ ref (TRL/verl user)",
     "grad norm",
     "entropy (final)",
     "k/prompt",
     "ran: k × prompts a step",
 )
+
+
+_RECOUNT_MARK = {"approx": "≈", "exact": ""}
+"""Appended to a user compute ratio recounted from older cells' parts: ``≈`` where the groups varied in size."""
 
 
 def markdown_table(task: dict[str, Any]) -> str:
@@ -197,8 +203,12 @@ PROTOCOL_MD = (
     "column the reference's mean over the last 10 % of its budget (a target a plateaued reference reaches before the "
     "end); each ratio has a paired percentile-bootstrap 95 % interval over seeds of the seed-mean crossing (not a "
     "t-interval; *never* where resamples never reach it). *compute ÷ ref* is the same crossing in token-passes (a "
-    "forward of one token by one model counts 1, a backward 2): equal rollouts is not equal compute. grad norm is the "
-    "mean over "
+    "forward of one token by one model counts 1, a backward 2): equal rollouts is not equal compute. *This trainer* "
+    "counts a group's prompt once in the update (its shared-prefix forward) and every rollout's prompt in generation; "
+    "*TRL/verl user* counts what they pay: every rollout's prompt through the update, each group's prompt prefilled "
+    "once (vLLM's prefix cache); at k = 1 the two agree. Cells run before the user's count was logged are recounted "
+    "from the parts they logged: exactly at a fixed k, and approximately (marked ≈: the step's mean group size, "
+    "prompts of equal length) where the group size varied. grad norm is the mean over "
     "steps, entropy the last step's. *ran: k × prompts a step* is what the cells ran, read from them: the measured "
     "rollouts per prompt × their `train.batch_size`, and the tuning setting where the grid tunes."
 )
@@ -382,7 +392,9 @@ def claims(results: dict[str, Any]) -> list[str]:
         return (
             f"best V0.5-line method `{n}` (picked after the fact{untuned}): {diff} points, rollouts ÷ ref "
             f"{_ratio_text(m['rollout_ratio'])}, at 90 % of the gain {_ratio_text(m['rollout_ratio_gain90'])} "
-            f"{_ci_text(m['rollout_ratio_gain90_ci95'])}, compute ÷ ref {_ratio_text(m['compute_ratio'])}."
+            f"{_ci_text(m['rollout_ratio_gain90_ci95'])}, compute ÷ ref {_ratio_text(m['compute_ratio'])} "
+            "(this trainer), "
+            f"{_ratio_text(m.get('compute_ratio_user'))} (TRL/verl user)."
         )
 
     out.append(

@@ -9,7 +9,10 @@ the warm start and the prompt order, so runs of one seed are paired):
 - ``rollout_ratio``: rollouts the seed-mean curve needs to reach the reference's final ÷ the reference's own;
   ``rollout_ratio_gain90`` the same for warm start + 90 % of the reference's gain (a threshold off the plateau),
   with a paired bootstrap CI over seeds (``rollout_ratio_gain90_ci95``; the upper end is None when a resample never
-  reaches it); ``compute_ratio`` the same crossing in token-passes. None: never reached;
+  reaches it); ``compute_ratio`` the same crossing in token-passes (this trainer's: a group's prompt once in the
+  update) and ``compute_ratio_user`` in the token-passes a TRL/verl user pays (every rollout's prompt through the
+  update, prefill shared within a group; :mod:`v05.train.compute`), logged by cells run since it was, recounted for
+  older ones (:func:`user_compute_series`; ``compute_user_recount`` says which). None: never reached;
 - ``grad_norm_mean`` (each seed's mean over steps), ``grad_norm_sd`` (its std over steps), ``entropy_final``.
 
 A method restricted to some task settings (``tasks:``) is simply absent from the others' results, and an
@@ -29,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from v05.grid.cells import Cell
+from v05.grid.compute import compute_at, recount_kind, user_compute_at
 from v05.grid.ran import ran, warm_start_record
 from v05.grid.spec import Attribution, Grid, GridMethod, GridTask
 from v05.grid.store import STORED_NAME, is_finished
@@ -57,14 +61,6 @@ TAIL_FRACTION = 0.1
 """``rollout_ratio_tail10``'s target: the reference's seed-mean eval over the last 10 % of its rollouts."""
 BOOTSTRAP_RESAMPLES = 2000
 """Paired bootstrap resamples of the seeds for ``rollout_ratio_gain90_ci95``."""
-
-
-def compute_at(runs: Sequence[Run], rollouts: float) -> float:
-    """Token-passes after ``rollouts`` rollouts: each seed's (rollouts_total, compute_total) interpolated, averaged.
-
-    (The seeds' compute curves end at different x, so a seed-mean curve over compute would be cut at the shortest.)
-    """
-    return float(np.mean([np.interp(rollouts, *r.series_vs(ROLLOUTS_KEY, COMPUTE_KEY)) for r in runs]))
 
 
 def gain_targets(reference: Sequence[Run]) -> tuple[float, float, float]:
@@ -194,6 +190,11 @@ def task_results(
             "rollout_ratio_gain90_ci95": boot["ci95"],
             "rollout_ratio_gain90_never_frac": boot["never_frac"],
             "compute_ratio": crossing_ratio(None if reach is None else compute_at(pair_runs, reach), m_compute),
+            "compute_ratio_user": crossing_ratio(
+                None if reach is None else user_compute_at(pair_runs, reach),
+                None if m_reach is None else user_compute_at(pair_ref, m_reach),
+            ),
+            "compute_user_recount": recount_kind(runs),
             "compute_ratio_gain90": crossing_ratio(
                 None if reach90 is None else compute_at(pair_runs, reach90), m_compute90
             ),

@@ -21,8 +21,18 @@ from v05.train.config import TrainConfig, to_yaml
 
 
 def tuning_score(run: Run, rule: str = "mean_eval") -> float | None:
-    """A tuning run's score: ``mean_eval``, the mean eval over its evaluations after the start; ``final``, the last."""
+    """A tuning run's score: ``mean_eval``, the mean eval over its evaluations after the start; ``final``, the last.
+
+    A run with an offline init counted (``spo-offline``: its first evaluation at x = init, the warm start) scores
+    as if evaluated every ``eval.every_rollouts`` during the init too, at the warm start's value: the same grid of
+    evaluations as a run without one, so the init's rollouts cost it what they cost on the rollout axis.
+    """
     x, y = run.series_vs(ROLLOUTS_KEY, EVAL_KEY)
+    every = run.config_value("eval.every_rollouts")
+    init = next((float(m[ROLLOUTS_KEY]) for m in run.metrics[1:2] if run.metrics[0].get("before_init")), 0.0)
+    if init > 0 and every:  # an offline init (spo-offline): the evaluations a run without it would have had before
+        pre = np.arange(every, init, every, dtype=np.float64)  # x = init are at the start's value (the warm start)
+        x, y = np.concatenate([pre, x]), np.concatenate([np.full(pre.size, y[0]), y])
     y = y[x > 0]
     if not y.size:
         return None

@@ -2,8 +2,8 @@ r"""The ``oracle`` prior: each prompt's pass rate measured by extra rollouts of 
 
     p̂ = (s + 1/2)/(m + 1)  from m = ``rollouts`` fresh rollouts of the current policy,   V = 2p̂ − 1
 
-Simulation only: the trainer draws the extra rollouts (``bind_sampler``); they are not trained on and are not counted
-in the run's rollouts or compute. See :class:`OracleProvider`.
+A bound available only in ``v05 train``: its trainer draws the extra rollouts (``bind_sampler``; TRL and verl refuse
+the prior); they are not trained on and are not counted in the run's rollouts or compute. See :class:`OracleProvider`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ class OracleProvider(BaseProvider):
 
     The extra rollouts are drawn by the trainer (``bind_sampler``; its registry spec declares ``needs_sampler``,
     :class:`v05.priors.ProviderSpec`) before the step's own, are not trained on and are not counted in the run's
-    rollouts or compute (they are counted in ``oracle_rollouts_``): a simulation-only bound, never a method. Its
+    rollouts or compute (they are counted in ``oracle_rollouts_``): a bound, never a method, and only v05's trainer
+    can draw them (TRL and verl refuse it). Its
     error is sampling noise only, E[(V − μ)²] ≈ 4·p(1 − p)/(m + 1) (≈ 0.04 at p = 0.3, m = 16) — far below a learned
     prior's. The Jeffreys-style +1/2 keeps V off ±1 (an all-fail draw of a hard prompt is not certainty).
     Calibration (n0) is the base machinery's, like every provider's.
@@ -55,8 +56,8 @@ class OracleProvider(BaseProvider):
     def _parts(self, ids: list[str], texts: list[str], policy: str) -> tuple[FloatArray, FloatArray]:
         if self.sampler_ is None:
             raise RuntimeError(
-                "the oracle prior draws extra rollouts from the policy: only v05 train binds its sampler (a "
-                "simulation-only upper bound; TRL and verl cannot run it)"
+                "the oracle prior draws extra rollouts from the policy: only v05 train binds its sampler (an "
+                "upper bound, not a method; TRL and verl refuse it)"
             )
         successes, counts = self.sampler_(ids, self.step_)
         successes, counts = np.asarray(successes, np.float64), np.asarray(counts, np.float64)

@@ -83,6 +83,9 @@ class SpoProvider(BaseProvider):
     offline: bool = False
     """start every train prompt from ``offline_n`` rollouts of the starting policy (``spo-offline``): v05's trainer
     draws them before step 1 and counts them in the run's rollouts and compute (``init_rollouts``)."""
+    offline_prompts: int | None = None
+    """start only the pool's first N prompts from offline rollouts (None: every prompt, as the recipe does); the
+    rest start at Beta(½, ½). ``--quick`` sets it so the init takes half of a smoke run's budget."""
     tracker_: dict[str, dict[str, list[float]]] = field(default_factory=dict, init=False)  # key → [α, β, visits]
     drift_: dict[str, float] = field(default_factory=dict, init=False)
 
@@ -100,6 +103,8 @@ class SpoProvider(BaseProvider):
             raise ValueError("clip_lower must be < 1 (the offline init's N_init = 1/(1 − clip_lower))")
         check_positive(self.d_half, "d_half")
         check_int(self.offline_n, "offline_n", 1)
+        if self.offline_prompts is not None:
+            check_int(self.offline_prompts, "offline_prompts", 1)
 
     # -- the tracker ----------------------------------------------------------------------------------------------
     def beta_of(self, prompt_ids: Sequence[str], *, policy: str = "default") -> tuple[FloatArray, FloatArray]:

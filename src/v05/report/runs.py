@@ -164,13 +164,34 @@ def load_run(path: str | Path) -> Run:
     config = _read_config(path)
     name = config.get("name")
     seed = config.get("seed")
+    metrics = _read_metrics(file)
     return Run(
         path=path,
         name=str(name) if name not in (None, "") else path.resolve().name,
         seed=seed if isinstance(seed, int) and not isinstance(seed, bool) else None,
         config=config,
-        metrics=_read_metrics(file),
+        metrics=_before_init(metrics),
     )
+
+
+INIT_KEY = "init_rollouts"
+"""Rollouts drawn before step 1 to start the prior (``spo-offline``), counted in the run's totals from step 0 on."""
+
+
+def _before_init(metrics: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Prepend the warm start before an offline init: 0 rollouts, tokens and compute, the step-0 row's evaluations.
+
+    A run whose step-0 row counts ``init_rollouts`` > 0 logs its first evaluation at x = init (the warm start,
+    untrained); the policy is the same at x = 0, so its curve is flat over the init, and a comparison over the run
+    (:func:`paired_difference`, a mean curve, a rollout-to-target crossing) covers [0, init] too instead of
+    starting where the init ends. The row is marked ``before_init`` and is not in ``metrics.jsonl``.
+    """
+    first = metrics[0] if metrics else {}
+    if first.get("step") != 0 or not (_number(first.get(INIT_KEY)) or 0) > 0:
+        return metrics
+    zero = {key: 0 for key in (ROLLOUTS_KEY, "tokens_total", COMPUTE_KEY, COMPUTE_USER_KEY) if key in first}
+    evals = {key: value for key, value in first.items() if key.startswith("eval")}
+    return [{"step": 0, "before_init": True, **zero, **evals}, *metrics]
 
 
 def load_runs(paths: Iterable[str | Path]) -> list[Run]:

@@ -41,6 +41,7 @@ across runs, so a run's encoder work depends on which runs came before it; its c
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -180,4 +181,36 @@ class ComputeMeter:
         }
 
 
-__all__ = ["BACKWARD", "PARTS", "UPDATE_PARTS", "ComputeMeter", "real_tokens"]
+SHARED_PARTS = ("policy", "reference", "recompute")
+"""The update passes that take the shared-prefix forward (``train.share_prompt_prefix``); the critic's do not."""
+
+
+def user_step_recount(row: Mapping[str, Any], group_size: float, *, shared_prefix: bool) -> float | None:
+    r"""A step's ``compute_user_step`` recounted from the parts a run logged before it was logged (older grid cells).
+
+        R = tokens_step,   S = compute/generate − R   (every rollout's prompt: this trainer's prefill),
+        G = S / k                                      (each group's prompt once: the user's prefill),
+        user = (G + R) + Σ_{p ∈ SHARED_PARTS} c_p · (S + R) / (G + R) + compute/critic + compute/probe
+
+    with c_p the logged part: a shared-prefix pass over the batch costs w (G + R) here and w (S + R) for the user,
+    whatever its weight w and however many passes (without ``shared_prefix`` the parts are the user's already).
+
+    Exact when every group of the step has k rollouts and the update passes cover exactly the generated rollouts
+    with each group inside one micro-batch (GRPO at a fixed k, k = 1 methods); with groups of varying size (OSLA,
+    dynamic sampling) k is their mean and the recount assumes equal prompt lengths, an approximation. At k = 1 it
+    is ``compute_step``. None where the row lacks ``compute/generate`` or ``tokens_step``.
+    """
+    gen, responses = row.get("compute/generate"), row.get("tokens_step")
+    if gen is None or responses is None:
+        return None
+    if not group_size >= 1:
+        raise ValueError(f"group_size must be >= 1, got {group_size!r}")
+    prompts = float(gen) - float(responses)
+    shared = prompts / group_size
+    scale = (prompts + responses) / (shared + responses) if shared_prefix and shared + responses > 0 else 1.0
+    update = sum(float(row.get(f"compute/{p}") or 0.0) for p in SHARED_PARTS)
+    rest = float(row.get("compute/critic") or 0.0) + float(row.get("compute/probe") or 0.0)
+    return shared + float(responses) + update * scale + rest
+
+
+__all__ = ["BACKWARD", "PARTS", "SHARED_PARTS", "UPDATE_PARTS", "ComputeMeter", "real_tokens", "user_step_recount"]

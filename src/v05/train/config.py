@@ -440,7 +440,24 @@ def quick_config(cfg: TrainConfig) -> TrainConfig:
     ev = r(cfg.eval, every=3, every_rollouts=None, size=min(cfg.eval.size or 64, 64))
     run = r(cfg.run, checkpoint_every=3)
     quick = r(cfg, train=train, warmup=warmup, eval=ev, run=run)
-    return quick if cfg.policy.name_or_path == TINY_NAME else _quick_checkpoint(quick)
+    return _quick_offline(quick if cfg.policy.name_or_path == TINY_NAME else _quick_checkpoint(quick))
+
+
+def _quick_offline(cfg: TrainConfig) -> TrainConfig:
+    """A quick run's offline init (``spo-offline``) on the first prompts only, so it takes half the quick budget.
+
+    The init covers the whole pool otherwise (2,000 prompts × 8 = 16,000 rollouts on the packaged task, over any
+    smoke budget: the run would train nothing); ``prior.options.offline_prompts`` caps it (a config's smaller cap
+    is kept).
+    """
+    name, opts = cfg.prior.name, dict(cfg.prior.options)
+    if name not in PROVIDERS or not PROVIDERS[name].offline_init or not opts.get("offline"):
+        return cfg
+    budget = cfg.train.max_rollouts if cfg.train.max_rollouts is not None else cfg.train.steps * cfg.train.batch_size
+    n = int(opts.get("offline_n", PROVIDERS[name].cls.offline_n))  # type: ignore[attr-defined]
+    cap = max(1, budget // (2 * n))
+    opts["offline_prompts"] = min(int(opts.get("offline_prompts") or cap), cap)
+    return dataclasses.replace(cfg, prior=dataclasses.replace(cfg.prior, options=opts))
 
 
 QUICK_ROLLOUTS_PER_STEP = 16

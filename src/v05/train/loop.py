@@ -382,6 +382,9 @@ def _offline_init(
 ) -> int:
     """Start an ``offline`` prior (``spo-offline``) from ``offline_n`` rollouts per train prompt of the starting policy.
 
+    The first ``offline_prompts`` prompts of the pool (None: all); an init at or over ``train.max_rollouts`` (which
+    counts it) is refused before a rollout is drawn.
+
     Drawn with the training engine and generation settings (the recipe uses its validation sampler, T = 0.6), in
     chunks of 64 prompts; counted in the run's rollouts, tokens and compute before step 1, as a user pays them.
     Returns the rollouts drawn (0: no offline init).
@@ -390,6 +393,13 @@ def _offline_init(
     if name is None or not get_provider_spec(name).offline_init or not rnd.provider.offline:
         return 0
     n, compute = rnd.provider.offline_n, ComputeMeter()
+    pool = pool[: rnd.provider.offline_prompts]  # None: every prompt (the recipe)
+    budget = cfg.train.max_rollouts
+    if budget is not None and n * len(pool) >= budget:
+        raise ValueError(f"prior {name}: the offline init draws {n * len(pool):,} rollouts ({len(pool):,} prompts × "
+                         f"offline_n={n}), at or over train.max_rollouts={budget:,}, which counts them: nothing would "
+                         "be left to train; raise the budget, lower prior.options.offline_n or cap "
+                         "prior.options.offline_prompts")  # fmt: skip
     successes = np.zeros(len(pool))  # (P,)
     for start in range(0, len(pool), 64):
         idx = np.arange(start, min(start + 64, len(pool)))
