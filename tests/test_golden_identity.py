@@ -38,7 +38,7 @@ import pytest
 from huggingface_hub import try_to_load_from_cache
 from transformers import TrainerCallback
 
-from tests.golden.record import GOLDEN_DIR, canon, first_difference, meta, mismatch, read_golden
+from tests.golden.record import GOLDEN_DIR, canon, first_difference, golden_or_skip, meta, read_golden
 from v05.train.config import load_config, packaged_configs, quick_config
 from v05.train.loop import train
 from v05.train.policy import TINY_NAME
@@ -259,19 +259,9 @@ def assert_warm_start(name: str, recorded: str | None) -> None:
         )
 
 
-def _golden_or_skip(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        pytest.fail(f"{path} is missing: record it with tests/golden/record.py (module docstring)")
-    payload = read_golden(path)
-    reason = mismatch(payload["meta"], PACKAGES)
-    if reason is not None:
-        pytest.skip(reason)
-    return payload
-
-
 @pytest.fixture(scope="module")
 def golden_train() -> dict[str, Any]:
-    return _golden_or_skip(TRAIN_GOLDEN)
+    return golden_or_skip(TRAIN_GOLDEN, PACKAGES, section="train")
 
 
 @pytest.fixture(scope="module")
@@ -359,7 +349,7 @@ def test_trl_parity_advantages_equal_the_golden(tmp_path):
         if importlib.util.find_spec("trl") is None:
             pytest.skip("trl is not installed (v05[trl])")
         pytest.fail(f"v05.adapters.trl_parity does not import: {TRL_IMPORT_ERROR!r}", pytrace=False)
-    golden = _golden_or_skip(TRL_GOLDEN)
+    golden = golden_or_skip(TRL_GOLDEN, PACKAGES, section="trl")
     for name in TRL_RUNS:
         gold = golden["runs"][name]
         current = trl_parity_run(name, tmp_path / name)

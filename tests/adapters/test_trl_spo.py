@@ -11,7 +11,13 @@ import torch  # noqa: E402
 from scipy import stats  # noqa: E402
 
 from datasets import Dataset  # noqa: E402
-from tests.adapters.test_trl import Recording, arithmetic_setup, config, odd_first_char  # noqa: E402
+from tests.adapters.test_trl import (  # noqa: E402
+    Recording,
+    arithmetic_setup,
+    config,
+    odd_first_char,
+    one_thread,  # noqa: F401 (the autouse fixture: one torch thread, restored after)
+)
 from v05.adapters.trl import V05GRPOConfig  # noqa: E402
 from v05.adapters.trl_sampler import PoolSampler  # noqa: E402
 from v05.allocation.spo import SpoSample, spo_weights  # noqa: E402
@@ -25,14 +31,6 @@ SPO = dict(
     v05_prior="spo",
     v05_prior_options={"rho": "constant"},
 )
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 class DrawRecording(Recording):

@@ -50,7 +50,7 @@ from tests.adapters.test_verl import (  # noqa: E402
     trainer_overrides,
     verl_config,
 )
-from tests.golden.record import GOLDEN_DIR, canon, first_difference, meta, mismatch, read_golden  # noqa: E402
+from tests.golden.record import GOLDEN_DIR, canon, first_difference, golden_or_skip, meta  # noqa: E402
 from v05.adapters.verl import register  # noqa: E402
 from v05.adapters.verl_estimators import VERL_ESTIMATORS, VerlConfig, VerlEstimator, prompt_rows  # noqa: E402
 
@@ -265,12 +265,7 @@ def record_verl(scratch: Path) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def golden() -> dict[str, Any]:
-    if not GOLDEN.is_file():
-        pytest.fail(f"{GOLDEN} is missing: record it with tests/golden/record.py --sections verl (its docstring)")
-    payload = read_golden(GOLDEN)
-    reason = mismatch(payload["meta"], PACKAGES)
-    if reason is not None:
-        pytest.skip(reason)
+    payload = golden_or_skip(GOLDEN, PACKAGES, section="verl")
     register()
     return payload
 

@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
 import v05
 from v05.hardware import cpu_label
@@ -217,6 +218,18 @@ def read_golden(path: Path) -> dict[str, Any]:
     """A golden file's payload."""
     with gzip.open(path, "rt", encoding="utf-8") as f:
         return json.load(f)
+
+
+def golden_or_skip(path: Path, packages: Sequence[str], *, section: str) -> dict[str, Any]:
+    """The golden payload at ``path`` for a test: fail if it is missing (record it: ``--sections section``), skip
+    where this machine's CPU or package versions are not the recording's (:func:`mismatch`)."""
+    if not path.is_file():
+        pytest.fail(f"{path} is missing: record it with tests/golden/record.py --sections {section} (its docstring)")
+    payload = read_golden(path)
+    reason = mismatch(payload["meta"], packages)
+    if reason is not None:
+        pytest.skip(reason)
+    return payload
 
 
 # -- the recorder -------------------------------------------------------------------------------------------------
