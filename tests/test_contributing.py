@@ -48,7 +48,7 @@ ASSERT_ALLOWED: dict[str, str] = {
 """Modules that may use ``assert`` (never on user input)."""
 
 HEAVY_IMPORTERS: dict[str, tuple[str, ...]] = {
-    "torch": ("priors/embeddings.py", "priors/heads.py", "priors/v0_checkpoint.py", "priors/v0_official.py")
+    "torch": ("priors/encoders.py", "priors/heads.py", "priors/v0_checkpoint.py", "priors/v0_official.py")
     + ("engines/", "train/", "adapters/", "bench.py"),
     "verl": ("adapters/verl.py", "adapters/verl_trainer.py", "bench.py"),
     "trl": ("adapters/trl.py",),

@@ -20,7 +20,8 @@ import transformers
 
 from v05.datasets.v0 import load_v0
 from v05.grid.spec import load_grid
-from v05.priors.embeddings import Embedder, HFEncoderBackend, SentenceTransformerBackend
+from v05.priors.embeddings import Embedder
+from v05.priors.encoders import HFEncoderBackend, SentenceTransformerBackend
 from v05.priors.head_registry import make_head
 from v05.priors.heads import check_tabpfn_checkpoint
 from v05.priors.v0_checkpoint import load_weights_file, read_state_dict

@@ -319,7 +319,7 @@ def part_priors(args: argparse.Namespace) -> dict:
     import transformers
 
     from v05.datasets import load_v0
-    from v05.priors.embeddings import HFEncoderBackend
+    from v05.priors.encoders import HFEncoderBackend
     from v05.priors.v0_checkpoint import AdapterConfig, build_adapter, save_adapter
     from v05.priors.v0_official import V0AdapterBackend
 

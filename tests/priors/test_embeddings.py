@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from v05.priors.backends import make_backend
-from v05.priors.embeddings import CACHE_ENV, Embedder, TfidfBackend, resolve_cache_dir
+from v05.priors.embeddings import CACHE_ENV, Embedder, resolve_cache_dir
+from v05.priors.encoders import TfidfBackend
 
 TEXTS = ["Solve x + 1 = 2.", "Find all primes p with p² < 50.", "计算 1+1", "Solve x + 1 = 2."]
 

@@ -278,3 +278,46 @@ def test_spo_offline_init_is_counted_with_the_prefix_cache(tmp_path, tiny_overri
     assert init["compute_user"] == init["compute_total"] - 3 * init["prefill_user_total"]
     gap = init["compute_total"] - init["compute_user"]
     assert all(r["compute_total"] - r["compute_user"] == gap for r in rows)
+
+
+def test_a_text_priors_encoder_is_counted_once_before_step_1(tmp_path, tiny_overrides, monkeypatch):
+    """``combined`` embeds the pool's distinct texts with MiniLM once before step 1 (its prefetch): encoder_compute =
+    round(Σ tokens × MiniLM's parameters ÷ the policy's), recounted here from the texts the prefetch received with
+    sentence-transformers' own tokenizer; it is the step-0 totals (this trainer's and the user's), in every row's
+    totals after, and the same on a run resumed from a checkpoint. A prior that reads no text (history) counts none."""
+    from sentence_transformers import SentenceTransformer  # noqa: PLC0415 (the [priors] extra, as the prior loads it)
+
+    from v05.priors.encoders import default_sentence_model  # noqa: PLC0415
+    from v05.priors.learned import EmbeddingProvider  # noqa: PLC0415
+    from v05.train.policy import load_policy as load  # noqa: PLC0415
+
+    seen: list[list[str]] = []
+    real = EmbeddingProvider.prefetch
+    def spy(self, texts):
+        seen.append(list(texts))
+        real(self, texts)
+
+    monkeypatch.setattr(EmbeddingProvider, "prefetch", spy)
+    over = ["prior.name=combined", "estimator.name=v05_eb", "allocator.options={k: 1}", "run.checkpoint_every=1"]
+    steps, rows = _run(tmp_path, tiny_overrides, over)
+    model = SentenceTransformer(default_sentence_model(), device="cpu")
+    tokens = sum(min(len(t), 256) for t in model.tokenizer(list(dict.fromkeys(seen[0])))["input_ids"])
+    encoder = sum(p.numel() for p in model.parameters())
+    policy = sum(p.numel() for p in load(load_config(None, [*tiny_overrides, *over]).policy)[0].parameters())
+    assert rows[0]["encoder_compute"] == round(tokens * encoder / policy) > 0
+    assert rows[0]["compute_total"] == rows[0]["compute_user"] == rows[0]["encoder_compute"]
+    assert all(r["encoder_compute"] == rows[0]["encoder_compute"] and r["compute/encoder"] == 0 for r in steps)
+    assert steps[0]["compute_total"] == rows[0]["compute_total"] + steps[0]["compute_step"]
+
+    def die_at_2(row):
+        if row["step"] == 2:
+            raise RuntimeError("killed")
+
+    cfg = load_config(None, [*tiny_overrides, *over])
+    with pytest.raises(RuntimeError, match="killed"):
+        train(cfg, tmp_path / "cut", log=die_at_2)
+    train(cfg, tmp_path / "cut", resume=True)
+    keys = ("encoder_compute", "compute_total", "compute_user")
+    assert [[r[k] for k in keys] for r in rows_of(tmp_path / "cut")] == [[r[k] for k in keys] for r in rows]
+    plain, _ = _run(tmp_path / "history", tiny_overrides, ["prior.name=history", "estimator.name=v05_eb"])
+    assert all("encoder_compute" not in r and r["compute/encoder"] == 0 for r in plain)

@@ -135,7 +135,7 @@ def test_lm_grid_task_setting_is_the_smollm2_demos_on_a_fresh_pool():
     assert task.overrides == SMOLLM2_DEMO.setting("hard")
     assert task.pool == "fresh" and task.regime == "hard"
     methods = {m.name: m for m in grid.methods}
-    assert set(methods) == {"grpo4", "rec_k1", "rec_k2", "rm_k1", "comb_k1"} and grid.reference == "grpo4"
+    assert set(methods) == {"grpo4", "rec_k1", "rec_k2", "rm_k1", "comb_k1", "spo"} and grid.reference == "grpo4"
     for name, config in (("grpo4", "demo-grpo4"), ("rec_k1", "v05-recommended")):
         assert methods[name].config == config
         assert methods[name].overrides == SMOLLM2_DEMO.methods[config]
@@ -143,12 +143,13 @@ def test_lm_grid_task_setting_is_the_smollm2_demos_on_a_fresh_pool():
 
 
 def test_lm_grid_cells_spend_64_rollouts_a_step_up_to_3072_with_an_eval_every_768(tmp_path):
-    """Every one of the 15 cells loads; each method spends 64 rollouts a step up to 3,072 rollouts (a pool of at
+    """Every one of the 18 cells loads; each method spends 64 rollouts a step up to 3,072 rollouts (a pool of at
     least that many prompts), evaluated every 768; rec_k1 is v05-recommended, rec_k2 the same at k = 2, rm_k1 the
-    evidence grid's running-mean control (v05_eb at k = 1 × 64), comb_k1 the learned `combined` prior at k = 1."""
+    evidence grid's running-mean control (v05_eb at k = 1 × 64), comb_k1 the learned `combined` prior at k = 1, spo
+    SPO (its tracker, batch normalisation and weighted draw) at k = 1."""
     grid = load_grid(LM_GRID)
     cells = grid_cells(grid, tmp_path)
-    assert len(cells) == 15
+    assert len(cells) == 18
     recommended = load_config("v05-recommended")
     for cell in cells:
         cfg = cell.cfg
@@ -167,6 +168,7 @@ def test_lm_grid_cells_spend_64_rollouts_a_step_up_to_3072_with_an_eval_every_76
         "v05_eb", "combined", 1
     )  # fmt: skip
     assert (by["grpo4"].estimator.name, by["grpo4"].allocator.options["k"]) == ("grpo", 4)
+    assert (by["spo"].estimator.name, by["spo"].prior.name, by["spo"].allocator.name) == ("spo", "spo", "spo")
 
 
 @pytest.mark.slow

@@ -1,13 +1,14 @@
-"""Embedding backends by name: the one factory over :mod:`v05.priors.embeddings` and the V0 adapter.
+"""Embedding backends by name: the one factory over :mod:`v05.priors.encoders` and the V0 adapter.
 
 It sits above both so that neither imports the other (the V0 backend in ``v0_official`` builds on the HF encoder in
-``embeddings``; the factory needs both).
+``encoders``; the factory needs both).
 """
 
 from __future__ import annotations
 
 from v05.names import build, lookup
-from v05.priors.embeddings import Backend, HFEncoderBackend, SentenceTransformerBackend, TfidfBackend
+from v05.priors.embeddings import Backend
+from v05.priors.encoders import HFEncoderBackend, SentenceTransformerBackend, TfidfBackend
 from v05.priors.v0_official import V0AdapterBackend
 
 BACKENDS = {

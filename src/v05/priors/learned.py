@@ -151,6 +151,13 @@ class EmbeddingProvider(BaseProvider):
         for emb in self._feature_embedders():
             emb.embed(list(texts))
 
+    def encoder_work(self, texts: Sequence[str]) -> int:
+        """Every feature embedder's forward work over the distinct ``texts`` (:meth:`Embedder.work`).
+
+        What :meth:`prefetch` costs on a cold cache, the runner's to count (``v05 train``: ``compute/encoder``).
+        """
+        return sum(e.work(texts) for e in self._feature_embedders())
+
     def _learn(self, ids: list[str], texts: list[str], scores: FloatArray, counts: FloatArray, policy: str) -> None:
         buf = self.buffers_.setdefault(policy, SupportBuffer(self.context_size))
         buf.add(ids, texts, scores, counts)

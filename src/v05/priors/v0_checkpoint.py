@@ -32,7 +32,8 @@ import numpy as np
 
 from v05._checks import error_line
 from v05._types import FloatArray
-from v05.priors.embeddings import PROGRESS_MIN_PROMPTS, HFEncoderBackend
+from v05.priors.embeddings import PROGRESS_MIN_PROMPTS
+from v05.priors.encoders import HFEncoderBackend
 
 PathKind = Literal["paper", "demo"]
 """``paper``: encoder → trained adapter (1,008-d); ``demo``: V0's ``demo.py``, last-token state, adapter dropped."""

@@ -33,7 +33,7 @@ from typing import ClassVar, Literal
 import numpy as np
 
 from v05._types import FloatArray, HeadOutput
-from v05.priors.embeddings import HFEncoderBackend
+from v05.priors.encoders import HFEncoderBackend
 from v05.priors.heads import TABPFN_CHECKPOINT, check_tabpfn_checkpoint
 from v05.priors.v0_checkpoint import (
     ADAPTER_KEYS,

@@ -6,10 +6,12 @@ A forward of one real (non-padding) token by one model counts 1, its backward 2,
 over T tokens is 3T. Counted parts (``PARTS``): ``generate`` (the policy sampling: prompt + response tokens of every
 rollout), ``policy`` (training forwards and backwards, every PPO epoch; with the shared-prefix forward a group's
 prompt counts once per micro-batch), ``recompute`` (no-grad policy passes that recompute old log-probs, POISE's
-feature pass, SPO's drift pass), ``reference`` (the KL reference's forwards), ``critic`` (PPO's value passes) and
-``probe`` (the ``probe`` prior's prompt prefills). Equal rollouts is not equal compute: PPO's critic and POISE's
-extra pass cost token-passes that a rollout count hides. Token-passes compare runs of one policy; they are not FLOPs
-across models of other sizes.
+feature pass, SPO's drift pass), ``reference`` (the KL reference's forwards), ``critic`` (PPO's value passes),
+``probe`` (the ``probe`` prior's prompt prefills) and ``encoder`` (a text prior's encoder, ``v0``/``combined``:
+MiniLM over the pool's distinct prompts once before step 1, as if its embedding cache were cold; another model, so
+counted in the policy's token-passes as its work Σ tokens × its parameters ÷ the policy's parameters). Equal
+rollouts is not equal compute: PPO's critic and POISE's extra pass cost token-passes that a rollout count hides.
+Token-passes compare runs of one policy; they are not FLOPs across models of other sizes.
 
 The same step split three ways, and what a user of TRL or verl pays (rollout i: P_i prompt and R_i response tokens;
 group g: the step's rollouts of one prompt, over all the allocator's rounds, P_g its prompt tokens; a pass π of
@@ -21,12 +23,13 @@ prompts g ∈ π):
     compute/decode  = Σ_i R_i                       response tokens generated (= tokens_step)
     compute/update  = Σ_π w_π (Σ_{g∈π} P_g + Σ_{i∈π} R_i)  shared prefix;   Σ_π w_π Σ_{i∈π} (P_i + R_i)  without
                                                     (parts policy + recompute + reference + critic)
-    compute_step    = compute/prefill + compute/decode + compute/update + compute/probe  (= Σ over PARTS)
+    compute_step    = compute/prefill + compute/decode + compute/update + compute/probe + compute/encoder  (Σ PARTS)
 
     compute_user/prefill = Σ_g P_g                  vLLM's prefix cache: each group's prompt prefilled once
     compute_user/update  = Σ_π w_π Σ_{i∈π} (P_i + R_i)   the same passes, every rollout's prompt through each
                                                     (TRL and verl share no prompt in the update)
     compute_user_step    = compute_user/prefill + compute/decode + compute_user/update + compute/probe
+                           + compute/encoder
 
 So at k = 1 (every group one rollout) compute_user_step = compute_step exactly; with ``share_prompt_prefix`` off
 the update parts agree and compute_user_step = compute_step − Σ_g (n_g − 1) P_g (only the prefix cache differs);
@@ -34,9 +37,9 @@ with it on and groups of n_g > 1, the user's update carries the n_g − 1 extra 
 shares. The run's totals (:class:`v05.train.checkpoint.Counters`, checkpointed) are the cumulative sums:
 ``compute_total`` (this trainer's compute, ``compute``), ``compute_user`` (the user's), ``prefill_total``,
 ``decode_total``, ``update_total``, ``prefill_user_total`` and ``update_user_total``; SPO's offline rollouts are
-counted in them before step 1. Not counted: evaluation, and a text prior's own encoder (MiniLM for
-``v0``/``combined``): another model, whose token-passes are not the policy's, and whose embeddings are cached on disk
-across runs, so a run's encoder work depends on which runs came before it; its cost shows in ``time/prior``.
+counted in them before step 1, and so is a text prior's encoder (``encoder_compute``). Not counted: evaluation.
+On the 0.5 M-parameter toy policy MiniLM (22.7 M parameters) costs ~42 policy token-passes a token, so a text prior's
+encoder is a large share of a toy run's compute; on SmolLM2-135M it costs ~0.17.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-PARTS = ("generate", "policy", "recompute", "reference", "critic", "probe")
+PARTS = ("generate", "policy", "recompute", "reference", "critic", "probe", "encoder")
 """The parts a step's token-passes are split into (metrics ``compute/<part>``; their sum is ``compute_step``)."""
 
 UPDATE_PARTS = ("policy", "recompute", "reference", "critic")

@@ -196,6 +196,7 @@ class Run:
     started: float
     drift: DriftMeter | None = None  # the policy's drift per prompt (the spo prior's rho="kl"), else None
     init_rollouts: int = 0  # rollouts drawn before step 1 to start the prior (spo-offline), counted in the totals
+    encoder_compute: int = 0  # the text prior's encoder over the pool before step 1, counted in the totals
     probe_mark: int = 0  # the probe prior's token-passes already counted (its refit lands in the next step)
 
     def save(self) -> None:
@@ -205,6 +206,7 @@ class Run:
         try:
             extra = {} if self.drift is None else {"spo_drift": self.drift.state_dict()}
             extra |= {"init_rollouts": self.init_rollouts} if self.init_rollouts else {}
+            extra |= {"encoder_compute": self.encoder_compute} if self.encoder_compute else {}
             save_state(self.cfg, self.run_dir, c, self.model, self.optimizer, self.scheduler, self.engine, self.queue,
                        self.method, self.round, extra)  # fmt: skip
         except OSError as err:  # a full disk, an unwritable run directory: the previous checkpoint is untouched
@@ -250,8 +252,7 @@ def train(
         if c.step == 0 and cfg.eval.at_start and not run.resumed:
             row = {"step": 0, "rollouts_total": c.rollouts_total, "tokens_total": c.tokens_total,
                    "compute_total": c.compute_total, "train_pass_rate": float("nan"), "wall_time": 0.0,
-                   **c.compute_totals(), **({"init_rollouts": run.init_rollouts} if run.init_rollouts else {}),
-                   **_evaluate(run)}  # fmt: skip
+                   **c.compute_totals(), **_init_fields(run), **_evaluate(run)}  # fmt: skip
             run.write(row)
         while not _done(cfg.train, c):
             row = train_step(run)
@@ -324,8 +325,7 @@ def train_step(run: Run) -> dict[str, Any]:
                        upd | ({} if out is None else out.metrics), sample.scores, rollouts_all, rnd.provider,
                        phases.seconds, value_g=None if out is None else out.value_g, compute=compute)  # fmt: skip
     row |= {"time/step": time.perf_counter() - t_step, "engine_retries": sample.retried}
-    if run.init_rollouts:
-        row["init_rollouts"] = run.init_rollouts
+    row |= _init_fields(run)
     if prior is not None:
         row |= {"prior_fallbacks": prior.fallbacks, "prior_fallbacks_total": rnd.guard.fallbacks,
                 "prior_update_errors_total": rnd.guard.update_errors}  # fmt: skip
@@ -414,6 +414,29 @@ def _offline_init(
     return n * len(pool)
 
 
+def _encoder_init(cfg: TrainConfig, rnd: Round, prior_texts: list[str], model: Any, c: Counters) -> int:
+    """Count a text prior's encoder over the pool (``v0``, ``combined``: :meth:`prefetch`, before step 1).
+
+    In the policy's token-passes: the encoder's work Σ tokens × its parameters over the distinct pool texts, as if
+    its embedding cache were cold (:meth:`v05.priors.embeddings.Embedder.work`), ÷ the policy's parameters (a
+    forward costs ~2 × parameters FLOPs a token for either model). Added to this trainer's and the user's compute
+    (``compute/encoder``, ``encoder_compute``). Returns the token-passes (0: no text prior).
+    """
+    if cfg.prior.name is None or not get_provider_spec(cfg.prior.name).reads_text:
+        return 0
+    params = sum(p.numel() for p in model.parameters())
+    passes = round(rnd.provider.encoder_work(prior_texts) / params)
+    meter = ComputeMeter()
+    meter.add("encoder", passes)
+    c.add_compute(meter)
+    return passes
+
+
+def _init_fields(run: Run) -> dict[str, int]:
+    """The row fields of what the run counted before step 1 (an offline init, a text prior's encoder), if any."""
+    return {k: v for k, v in (("init_rollouts", run.init_rollouts), ("encoder_compute", run.encoder_compute)) if v}
+
+
 def _observe_drift(run: Run, alloc: Any, keys: np.ndarray, rollouts_all: Any, compute: ComputeMeter) -> None:
     """Give a drift-discounting provider (``spo``, rho="kl") the policy's drift on each sampled prompt (no-op else)."""
     if run.drift is None:
@@ -494,15 +517,16 @@ def setup(cfg: TrainConfig, run_dir: Path, resume: bool) -> Run:
         if ckpt is not None:
             drift.load_state_dict(state.get("spo_drift") or {})
     if ckpt is not None:
-        init = int(state.get("init_rollouts", 0))
+        init, encoder = int(state.get("init_rollouts", 0)), int(state.get("encoder_compute", 0))
     else:
         init = _offline_init(cfg, rnd, engine, task, pool, texts, c)
+        encoder = _encoder_init(cfg, rnd, prior_texts, model, c)
     metrics = MetricsLog(run_dir, resume_step=c.step if ckpt is not None else None, tensorboard=cfg.run.tensorboard)
     return Run(cfg, run_dir, task, pool, texts, np.array([p.key for p in pool]), prior_texts, held_out, held_texts,
                model, tokenizer, engine, reference, optimizer, scheduler, rnd, method, prior_backend, queue, c,
                ckpt is not None, _pool_size(cfg.allocator, cfg.train.batch_size, rnd.allocator),
                recompute_old_logp(cfg, model, method), metrics, time.perf_counter() - c.wall_time, drift,
-               init)  # fmt: skip
+               init, encoder_compute=encoder)  # fmt: skip
 
 
 # -- setup helpers -------------------------------------------------------------------------------------------------
