@@ -319,7 +319,7 @@ def test_unknown_names_list_the_valid_ones(tmp_path):
         config(tmp_path, v05_estimator="nope")
     with pytest.raises(ValueError, match="unknown v05_prior 'nope'; valid: running_mean, history"):
         config(tmp_path, v05_prior="nope")
-    with pytest.raises(ValueError, match="v05_prior='oracle' is a simulation-only bound"):
+    with pytest.raises(ValueError, match="v05_prior='oracle' is a bound .* only v05 train draws"):
         config(tmp_path, v05_prior="oracle")  # never a silent running-mean fallback every step
     with pytest.raises(ValueError, match="no option.*foo; valid: scale, noise, switch"):
         config(tmp_path, v05_estimator_options={"foo": 1})

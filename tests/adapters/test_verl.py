@@ -444,7 +444,7 @@ def test_prompt_rows_and_config():
     for bad in ({"nope": 1}, {"options": {"state": 1}}, {"allocator": "sara"}, {"provider": "nope"}):
         with pytest.raises(ValueError):
             VerlConfig.from_algorithm({"v05": bad})
-    with pytest.raises(ValueError, match="'oracle' is a simulation-only bound"):  # never a silent fallback
+    with pytest.raises(ValueError, match="'oracle' is a bound .* only v05 train draws"):  # never a silent fallback
         VerlConfig.from_algorithm({"v05": {"provider": "oracle"}})
 
 

@@ -30,6 +30,7 @@ CONTRACT = {
     "rollout_ratio_gain90",
     "compute_ratio",
     "compute_ratio_user",
+    "init_rollouts",
     "grad_norm_mean",
     "entropy_final",
 }

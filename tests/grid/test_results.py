@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from tests.grid._grids import CONTRACT, fake_run, task_of
+from v05.grid.render import ran_text
 from v05.grid.results import (
     attribution_results,
     gain90_bootstrap,
@@ -132,3 +133,19 @@ def test_the_user_compute_ratio_logged_and_recounted_by_hand():
     assert m["compute_ratio"] == pytest.approx(5000 / 37500)
     assert m["compute_ratio_user"] == pytest.approx(5000 / 52500)
     assert (m["compute_user_recount"], r["compute_user_recount"], r["compute_ratio_user"]) == ("logged", "exact", 1.0)
+
+
+def test_an_offline_init_is_reported_and_on_the_rollout_axis_of_the_ratios():
+    """init_rollouts: the seeds' mean of the step-0 row's count (0 for runs with none); a run that spent 400 rollouts
+    before step 1 and reaches the reference's final (0.6, at 1,000) 500 rollouts after it has spent 900: ratio 0.9,
+    not 0.5 (an init left off the axis) nor 1.3 (counted twice)."""
+    ref = [fake_run("grpo4", s, [(0, 0.2), (500, 0.4), (1000, 0.6)]) for s in (0, 1)]
+    init = [fake_run("spo_offline", s, [(400, 0.2), (900, 0.6), (1400, 0.6)]) for s in (0, 1)]
+    for run in init:
+        run.metrics[0]["init_rollouts"] = 400
+    res = task_of({"grpo4": ref, "spo_offline": init})["methods"]
+    assert (res["spo_offline"]["init_rollouts"], res["grpo4"]["init_rollouts"]) == (400.0, 0.0)
+    assert res["spo_offline"]["rollout_ratio"] == pytest.approx(0.9)
+    ran = {"ran": {"prompts_per_step": 64}, "rollouts_per_prompt": 1.0}
+    assert ran_text({**ran, "init_rollouts": 16000.0}, False) == "1 × 64 after an init of 16,000 rollouts (counted)"
+    assert ran_text({**ran, "init_rollouts": 0.0}, False) == "1 × 64"

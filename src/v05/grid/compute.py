@@ -7,11 +7,12 @@ Cells run before ``compute_user`` was logged are recounted from the parts they l
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
 
-from v05.report.runs import COMPUTE_KEY, COMPUTE_USER_KEY, ROLLOUTS_KEY, Run
+from v05.report.runs import COMPUTE_KEY, COMPUTE_USER_KEY, INIT_KEY, ROLLOUTS_KEY, Run
 from v05.train.compute import user_step_recount
 
 
@@ -67,10 +68,31 @@ def user_compute_at(runs: Sequence[Run], rollouts: float) -> float | None:
     return float(np.mean([np.interp(rollouts, s[0], s[1]) for s in series if s is not None]))
 
 
+def compute_per_rollout(runs: Sequence[Run]) -> float:
+    """This trainer's token-passes per rollout over the whole run, the seeds' mean (NaN without compute logged)."""
+    per = [r.last(COMPUTE_KEY) / r.last(ROLLOUTS_KEY) for r in runs if r.last(COMPUTE_KEY) and r.last(ROLLOUTS_KEY)]
+    return float(np.mean(per)) if per else math.nan
+
+
+def init_rollouts(runs: Sequence[Run]) -> float:
+    """Rollouts spent before step 1 (``init_rollouts``: SPO's offline init), the seeds' mean; 0 for runs with none.
+
+    They sit on the rollout axis already (the run's rows start at them), so every ratio of a grid counts them.
+    """
+    return float(np.mean([r.last(INIT_KEY) or 0.0 for r in runs])) if runs else 0.0
+
+
 def recount_kind(runs: Sequence[Run]) -> str | None:
     """How the runs' user compute was had: the least exact of their :func:`user_compute_series` kinds."""
     kinds = {s[2] for s in (user_compute_series(r) for r in runs) if s is not None}
     return next((k for k in ("approx", "exact", "logged") if k in kinds), None)
 
 
-__all__ = ["compute_at", "recount_kind", "user_compute_at", "user_compute_series"]
+__all__ = [
+    "compute_at",
+    "compute_per_rollout",
+    "init_rollouts",
+    "recount_kind",
+    "user_compute_at",
+    "user_compute_series",
+]

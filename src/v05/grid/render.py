@@ -62,8 +62,8 @@ def tuned_any(task: dict[str, Any]) -> bool:
 def ran_text(m: dict[str, Any], tuned: bool) -> str:
     """What a method's cells ran: ``k × prompts a step``, its tuning setting or ``untuned`` where the grid tunes.
 
-    k is the measured rollouts per prompt, the prompts the cells' ``train.batch_size``; ``—`` where the JSON
-    predates ``ran``.
+    k is the measured rollouts per prompt, the prompts the cells' ``train.batch_size``, an offline init's rollouts
+    (``init_rollouts``, on every ratio's axis) named; ``—`` where the JSON predates ``ran``.
     """
     r = m.get("ran")
     if not r:
@@ -71,6 +71,8 @@ def ran_text(m: dict[str, Any], tuned: bool) -> str:
     b, k = r.get("prompts_per_step"), m.get("rollouts_per_prompt")
     b = "/".join(map(str, b)) if isinstance(b, list) else b
     size = f"{b} prompts" if k is None else f"{_k_text(k)} × {b}"
+    if m.get("init_rollouts"):
+        size += f" after an init of {m['init_rollouts']:,.0f} rollouts (counted)"
     if m.get("setting"):
         return f"{size}, tuned: {m['setting']}"
     return f"{size}, untuned" if tuned else size

@@ -13,6 +13,8 @@ the warm start and the prompt order, so runs of one seed are paired):
   update) and ``compute_ratio_user`` in the token-passes a TRL/verl user pays (every rollout's prompt through the
   update, prefill shared within a group; :mod:`v05.train.compute`), logged by cells run since it was, recounted for
   older ones (:func:`user_compute_series`; ``compute_user_recount`` says which). None: never reached;
+- ``init_rollouts``: rollouts a method spent before step 1 (SPO's offline init; the seeds' mean; 0 for none), already
+  on the rollout and compute axes of every ratio above;
 - ``grad_norm_mean`` (each seed's mean over steps), ``grad_norm_sd`` (its std over steps), ``entropy_final``.
 
 A method restricted to some task settings (``tasks:``) is simply absent from the others' results, and an
@@ -32,14 +34,13 @@ from typing import Any
 import numpy as np
 
 from v05.grid.cells import Cell
-from v05.grid.compute import compute_at, recount_kind, user_compute_at
+from v05.grid.compute import compute_at, compute_per_rollout, init_rollouts, recount_kind, user_compute_at
 from v05.grid.ran import ran, warm_start_record
 from v05.grid.spec import Attribution, Grid, GridMethod, GridTask
 from v05.grid.store import STORED_NAME, is_finished
 from v05.grid.tuning import start_eval, tuning_results
 from v05.hardware import hardware_label
 from v05.report.runs import (
-    COMPUTE_KEY,
     EVAL_KEY,
     ROLLOUTS_KEY,
     Run,
@@ -198,16 +199,8 @@ def task_results(
             "compute_ratio_gain90": crossing_ratio(
                 None if reach90 is None else compute_at(pair_runs, reach90), m_compute90
             ),
-            "compute_per_rollout": float(
-                np.mean(
-                    [
-                        r.last(COMPUTE_KEY) / r.last(ROLLOUTS_KEY)
-                        for r in runs
-                        if r.last(COMPUTE_KEY) and r.last(ROLLOUTS_KEY)
-                    ]
-                    or [math.nan]
-                )
-            ),
+            "compute_per_rollout": compute_per_rollout(runs),
+            "init_rollouts": init_rollouts(runs),
             "grad_norm_mean": seed_mean(runs, "grad_norm"),
             "grad_norm_sd": mean_se(grad_sd)[0],
             "entropy_final": mean_se([v for v in (r.last("entropy") for r in runs) if v is not None])[0],
