@@ -100,6 +100,7 @@ def test_a_method_missing_on_a_task_setting_is_left_out_of_its_tables(tmp_path, 
     assert "- `v05_k2`: `demo-v05-k4` + `allocator.options.k=2` (only on `tiny-hard`)" in text
     section = readme.read_text()
     assert "**tiny-easy**" in section and "**tiny-hard**" in section and section.count("| v05_k2 |") == 1
+    assert "claims in [results.md](results.md))" in section  # the link relative to the file it is written into
     assert (out / "index.html").read_text().count("<td>v05_k2</td>") == 1
 
 

@@ -244,9 +244,9 @@ def bench_matrix(
     if recommended is not None and results["recommended"] is not None:
         Path(recommended).write_text(recommended_yaml(grid, results["recommended"], meta["command"]), encoding="utf-8")
     if readme is not None:
-        replace_readme_section(
-            Path(readme), readme_section(results, meta, Path(doc).as_posix() if doc else "docs/results.md")
-        )
+        target = Path(doc) if doc else Path("docs/results.md")  # the link is relative to the file it goes into
+        link = Path(os.path.relpath(target.resolve(), Path(readme).resolve().parent)).as_posix()
+        replace_readme_section(Path(readme), readme_section(results, meta, link))
     return {"results": results, "failures": failures, "meta": meta, "report": report}
 
 
