@@ -210,10 +210,11 @@ def user_step_recount(row: Mapping[str, Any], group_size: float, *, shared_prefi
         raise ValueError(f"group_size must be >= 1, got {group_size!r}")
     prompts = float(gen) - float(responses)
     shared = prompts / group_size
-    scale = (prompts + responses) / (shared + responses) if shared_prefix and shared + responses > 0 else 1.0
     update = sum(float(row.get(f"compute/{p}") or 0.0) for p in SHARED_PARTS)
+    if shared_prefix and shared + responses > 0:  # multiplied before dividing: whole token counts stay exact
+        update = update * (prompts + responses) / (shared + responses)
     rest = float(row.get("compute/critic") or 0.0) + float(row.get("compute/probe") or 0.0)
-    return shared + float(responses) + update * scale + rest
+    return shared + float(responses) + update + rest
 
 
 __all__ = ["BACKWARD", "PARTS", "SHARED_PARTS", "UPDATE_PARTS", "ComputeMeter", "real_tokens", "user_step_recount"]
