@@ -12,6 +12,7 @@ from safetensors.torch import load_file
 
 from tests.train._rows import comparable, rows_of
 from v05.priors import PROVIDERS
+from v05.priors.oracle import OracleProvider
 from v05.registry import ALLOCATORS, ESTIMATORS
 from v05.train.config import load_config
 from v05.train.loop import train
@@ -92,6 +93,31 @@ def test_every_prior_trains_a_few_steps(tmp_path, tiny_overrides, prior):
     assert all(r["prior_fallbacks"] == 0 for r in steps)
     assert all(math.isfinite(r["prior/tau2"]) and math.isfinite(r["grad_norm"]) for r in steps)
     assert all(("prior/oracle_rollouts" in r) == PROVIDERS[prior].needs_sampler for r in steps)
+
+
+
+def test_the_candidate_pools_prior_spread_is_logged_over_every_candidate(tmp_path, tiny_overrides, monkeypatch):
+    """pool_prior_mean / pool_prior_var: the mean and variance of the prior's pass rates over the step's whole
+    candidate pool (prior_select: 4 × 8 = 32 candidates, 8 selected), here the oracle's measured p̂ = (s + ½)/(m + 1)
+    recorded as the provider returns them; the selected prompts' alone would give other numbers (selection by
+    p(1 − p) keeps the middle of the pool)."""
+    seen: list[np.ndarray] = []
+    parts = OracleProvider._parts
+
+    def record(self, ids, texts, policy):
+        value, n0 = parts(self, ids, texts, policy)
+        seen.append((np.asarray(value) + 1.0) / 2.0)
+        return value, n0
+
+    monkeypatch.setattr(OracleProvider, "_parts", record)
+    over = [*tiny_overrides, "train.steps=2", "eval.every=0", "eval.at_start=false", "estimator.name=v05_eb",
+            "estimator.options={scale: none}", "prior.name=oracle", "prior.options={rollouts: 4}",
+            "allocator.name=prior_select", "allocator.options={k: 1}"]  # fmt: skip
+    train(load_config(None, over), tmp_path / "run")
+    steps = [r for r in rows_of(tmp_path / "run") if r["step"] > 0]
+    assert [len(p) for p in seen] == [32, 32]
+    for row, p in zip(steps, seen, strict=True):
+        assert row["pool_prior_mean"] == pytest.approx(p.mean()) and row["pool_prior_var"] == pytest.approx(p.var())
 
 
 def test_equal_budget_stops_at_max_rollouts(tmp_path, tiny_overrides):
