@@ -73,6 +73,33 @@ def test_the_prior_pay_grid_resolves(tmp_path):
     assert set(per_step.values()) == {128}, per_step  # 128 rollouts a step, whatever k
 
 
+
+def test_the_selection_grid_resolves(tmp_path):
+    """benchmarks/grids/selection.yaml (issue 42): every method and tuning setting loads on every task setting, every
+    compared method is tuned (the oracle and the learned selectors included), every k = 1 method spends 64 rollouts
+    a step from 4 x 64 candidates, the oracle ranks candidates by 8 rollouts, the seeds are new, and the
+    recommendation candidates leave out the oracle (a bound)."""
+    grid = load_grid(REPO / "benchmarks/grids/selection.yaml")
+    evidence = load_grid(REPO / "benchmarks/grids/evidence.yaml")
+    assert [t.name for t in grid.tasks] == [t.name for t in evidence.tasks]
+    used = {*evidence.seeds, evidence.tuning.seed, 20, 21, 22}  # the evidence grid's and the pilot's
+    assert not set(grid.seeds) & used and grid.tuning.seed not in {*grid.seeds, *used}
+    assert set(grid.tuning.methods) == {m.name for m in grid.methods}
+    assert "sel_oracle" not in grid.tuning.recommend and set(grid.tuning.recommend) <= set(grid.tuning.methods)
+    assert grid.tuning.split == "validation"
+    tune = tuning_cells(grid, tmp_path)
+    choices = {(t.name, m.name): "default" for t in grid.tasks for m in grid.methods}
+    cells = grid_cells(dataclasses.replace(grid, seeds=grid.seeds[:1]), tmp_path, choices=choices)
+    assert {c.cfg.train.max_rollouts for c in [*cells, *tune]} == {38400}
+    for c in cells:
+        if c.method.name.startswith(("sel_", "uniform_", "spo")):
+            assert (c.cfg.train.batch_size, c.cfg.allocator.options.get("k")) == (64, 1), c.method.name
+        if c.method.name.startswith("sel_"):
+            assert c.cfg.allocator.name == "prior_select", c.method.name
+    oracle = next(c for c in cells if c.method.name == "sel_oracle")
+    assert (oracle.cfg.prior.name, oracle.cfg.prior.options) == ("oracle", {"rollouts": 8})
+
+
 def test_a_method_with_tasks_is_planned_on_those_task_settings_only(tmp_path, tiny_grid):
     """`tasks: [tiny-hard]` on a method: its comparison and tuning cells exist on tiny-hard only, every other method
     keeps its cells on both task settings."""
