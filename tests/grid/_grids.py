@@ -69,8 +69,8 @@ def fake_run(
     return Run(path=Path(f"/nonexistent/{name}-s{seed}"), name=name, seed=seed, config=config, metrics=rows)
 
 
-def task_of(groups: dict[str, list[Run]]) -> dict:
-    return task_results(GridTask(name="t", regime="hard"), groups, "grpo4", [])
+def task_of(groups: dict[str, list[Run]], control: str | None = None) -> dict:
+    return task_results(GridTask(name="t", regime="hard"), groups, "grpo4", [], control=control)
 
 
 def write_grid(path: Path, body: dict) -> Path:

@@ -36,6 +36,7 @@ import numpy as np
 from v05.grid.cells import Cell
 from v05.grid.compute import compute_at, compute_per_rollout, init_rollouts, recount_kind, user_compute_at
 from v05.grid.ran import ran, warm_start_record
+from v05.grid.selection import add_selection_fields
 from v05.grid.spec import Attribution, Grid, GridMethod, GridTask
 from v05.grid.store import STORED_NAME, is_finished
 from v05.grid.tuning import start_eval, tuning_results
@@ -287,6 +288,9 @@ def matrix_results(
         tasks[task.name]["warm_start_sft"] = warm_start_record([c for c in cells if c.task.name == task.name], store)
         for name, entry in tasks[task.name]["methods"].items():
             entry["setting"] = settings.get(name)
+        if grid.attribution is not None and grid.attribution.oracle is not None:
+            headroom = attribution[task.name]["headroom"]
+            add_selection_fields(tasks[task.name], headroom, groups.get(grid.attribution.oracle, []))
         if grid.tuning is not None:
             tasks[task.name]["tuning"] = tuning_results(grid, [c for c in tune if c.task.name == task.name])
     return _nan_to_none({"grid": grid.name, "tasks": tasks, **({"attribution": attribution} if attribution else {}),

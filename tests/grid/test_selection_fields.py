@@ -1,0 +1,52 @@
+"""The selection grid's JSON fields (issue 42) by hand: the pool's Var(p), the oracle's selection headroom."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.grid._grids import fake_run, task_of
+from v05.grid.results import attribution_results
+from v05.grid.selection import add_selection_fields, pool_pass_rate_var
+from v05.grid.spec import Attribution, AttributionRow
+
+ROW = AttributionRow(factor="o", method="sel_oracle", versus="uniform_rm")
+SPEC = Attribution(rows=(ROW,), control="uniform_rm", oracle="sel_oracle")
+
+
+def _groups(oracle_allocator: str) -> dict:
+    ref = [fake_run("grpo4", s, [(0, 0.2), (500, 0.3), (1000, 0.4)]) for s in (0, 1)]
+    uni = [fake_run("uniform_rm", s, [(0, 0.2), (500, 0.35), (1000, 0.45)]) for s in (0, 1)]
+    orc = [fake_run("sel_oracle", s, [(0, 0.2), (500, 0.4 + 0.01 * s), (1000, 0.5)], allocator=oracle_allocator)
+           for s in (0, 1)]  # fmt: skip
+    for run, variances in zip(orc, ([0.04, 0.02], [0.06, 0.04]), strict=True):
+        for row, v in zip(run.metrics[1:], variances, strict=True):
+            row["pool_prior_var"] = v
+    return {"grpo4": ref, "uniform_rm": uni, "sel_oracle": orc}
+
+
+def test_the_selection_fields_by_hand():
+    """pass_rate_var: seed 0's steps average 0.03, seed 1's 0.05, so 0.04 (the steps' last values would give 0.03, the
+    first 0.05); the headroom is the attribution's oracle − uniform difference, above 0 here; vs_uniform_* are the
+    control pairing; tuned follows the cell's setting."""
+    groups = _groups("prior_select")
+    task = task_of(groups, control="uniform_rm")
+    task["methods"]["uniform_rm"]["setting"] = "batch-double"
+    head = attribution_results(SPEC, groups)["headroom"]
+    out = add_selection_fields(task, head, groups["sel_oracle"])
+    assert out["pass_rate_var"] == pytest.approx(0.04)
+    assert out["oracle_selection_headroom"] == pytest.approx(head["oracle_diff"]) and head["oracle_diff"] > 0
+    assert out["oracle_selection_headroom_ci95"] == head["oracle_ci95"]
+    m = out["methods"]
+    assert (m["uniform_rm"]["tuned"], m["sel_oracle"]["tuned"]) == (True, False)
+    assert m["sel_oracle"]["vs_uniform_diff"] == m["sel_oracle"]["vs_running_mean_diff"]
+    assert m["sel_oracle"]["vs_uniform_diff"] == pytest.approx(head["oracle_diff"])
+
+
+def test_an_oracle_that_does_not_select_gives_no_selection_headroom():
+    """The evidence grid's oracle is a baseline at k = 1 (allocator fixed): its headroom is not a selection's, so the
+    task gets none of the fields; runs that never logged pool_prior_var give None."""
+    groups = _groups("fixed")
+    task = task_of(groups, control="uniform_rm")
+    out = add_selection_fields(task, attribution_results(SPEC, groups)["headroom"], groups["sel_oracle"])
+    assert "oracle_selection_headroom" not in out and "pass_rate_var" not in out
+    assert pool_pass_rate_var(groups["uniform_rm"]) is None
