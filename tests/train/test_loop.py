@@ -97,10 +97,10 @@ def test_every_prior_trains_a_few_steps(tmp_path, tiny_overrides, prior):
 
 
 def test_the_candidate_pools_prior_spread_is_logged_over_every_candidate(tmp_path, tiny_overrides, monkeypatch):
-    """pool_prior_mean / pool_prior_var: the mean and variance of the prior's pass rates over the step's whole
-    candidate pool (prior_select: 4 × 8 = 32 candidates, 8 selected), here the oracle's measured p̂ = (s + ½)/(m + 1)
-    recorded as the provider returns them; the selected prompts' alone would give other numbers (selection by
-    p(1 − p) keeps the middle of the pool)."""
+    """pool_prior_var: the variance of the prior's pass rates over the step's whole candidate pool (prior_select:
+    4 × 8 = 32 candidates, 8 selected), here the oracle's measured p̂ = (s + ½)/(m + 1) recorded as the provider
+    returns them; the selected prompts' alone would give another number (selection by p(1 − p) keeps the middle of
+    the pool). prior_select's own pool_prior_mean (on the reward scale) is the allocator's, untouched."""
     seen: list[np.ndarray] = []
     parts = OracleProvider._parts
 
@@ -117,7 +117,8 @@ def test_the_candidate_pools_prior_spread_is_logged_over_every_candidate(tmp_pat
     steps = [r for r in rows_of(tmp_path / "run") if r["step"] > 0]
     assert [len(p) for p in seen] == [32, 32]
     for row, p in zip(steps, seen, strict=True):
-        assert row["pool_prior_mean"] == pytest.approx(p.mean()) and row["pool_prior_var"] == pytest.approx(p.var())
+        assert row["pool_prior_var"] == pytest.approx(p.var())
+        assert row["pool_prior_mean"] == pytest.approx(2.0 * p.mean() - 1.0)  # the allocator's, on the ±1 scale
 
 
 def test_equal_budget_stops_at_max_rollouts(tmp_path, tiny_overrides):

@@ -327,10 +327,9 @@ def train_step(run: Run) -> dict[str, Any]:
     row |= {"time/step": time.perf_counter() - t_step, "engine_retries": sample.retried}
     row |= _init_fields(run)
     if prior is not None:
-        pool_p = prior.pass_rate  # (P,) every candidate's, selected or not: the pool's spread (issue 42)
         row |= {"prior_fallbacks": prior.fallbacks, "prior_fallbacks_total": rnd.guard.fallbacks,
                 "prior_update_errors_total": rnd.guard.update_errors,
-                "pool_prior_mean": float(pool_p.mean()), "pool_prior_var": float(pool_p.var())}  # fmt: skip
+                "pool_prior_var": float(prior.pass_rate.var())}  # fmt: skip  (every candidate's, selected or not)
     if _eval_due(cfg, c, rollouts_before):
         row |= _evaluate(run)
     return row
