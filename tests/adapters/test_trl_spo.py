@@ -20,6 +20,7 @@ from tests.adapters.test_trl import (  # noqa: E402
 )
 from v05.adapters.trl import V05GRPOConfig  # noqa: E402
 from v05.adapters.trl_sampler import PoolSampler  # noqa: E402
+from v05.allocation.select import PriorSelect  # noqa: E402
 from v05.allocation.spo import SpoSample, spo_weights  # noqa: E402
 from v05.priors import group_outcomes, make_provider  # noqa: E402
 from v05.registry import estimate  # noqa: E402
@@ -176,7 +177,7 @@ def test_rho_kl_and_bad_samplers_are_refused(tmp_path):
     with pytest.raises(ValueError, match="rho='kl'"):  # the sampler alone builds the tracker too
         config(tmp_path, num_generations=4, v05_estimator="grpo", v05_prior="spo", v05_sampler="spo")
     assert isinstance(config(tmp_path, **SPO, v05_sampler="spo"), V05GRPOConfig)
-    with pytest.raises(ValueError, match="unknown v05_sampler 'dps'; valid: spo"):
+    with pytest.raises(ValueError, match="unknown v05_sampler 'dps'; valid: spo, prior_select"):
         config(tmp_path, **SPO, v05_sampler="dps")
     with pytest.raises(ValueError, match="draws by the prior"):
         config(tmp_path, num_generations=4, v05_estimator="grpo", v05_prior=None, v05_sampler="spo")
@@ -189,3 +190,63 @@ def test_rho_kl_and_bad_samplers_are_refused(tmp_path):
     with pytest.raises(ValueError, match="not of an IterableDataset"):
         Recording(model=model, reward_funcs=reward, args=config(tmp_path, **SPO, v05_sampler="spo"),
                   train_dataset=stream, processing_class=tokenizer)  # fmt: skip
+
+
+def test_prior_select_sampler_trains_on_the_rows_it_selects(tmp_path):
+    """v05_sampler="prior_select" at num_generations=1 with v05_eb and the history prior: 2 prompts a generation
+    batch selected from pools of 4·2 = 8 (one pool an epoch of the 8 prompts) by the round's PriorSelect, TRL
+    generates for exactly those rows, and the log carries the selection's statistics but not the realised signal
+    (computed from the placeholder rewards the draw is told)."""
+    model, tokenizer, dataset, _, _ = arithmetic_setup()
+    args = config(tmp_path, num_generations=1, v05_estimator="v05_eb", v05_estimator_options={"scale": "none"},
+                  v05_prior="history", per_device_train_batch_size=2, max_steps=4,
+                  v05_sampler="prior_select")  # fmt: skip
+    trainer = DrawRecording(
+        model=model, reward_funcs=odd_first_char, args=args, train_dataset=dataset, processing_class=tokenizer
+    )
+    assert isinstance(trainer.v05_round.allocator, PriorSelect) and trainer.v05_round.allocator.batch_size == 2
+    trainer.train()
+    assert len(trainer.scored) == 4 and len(trainer.draws) >= 4
+    ids = dataset["prompt_id"]
+    for t, (batch, _) in enumerate(trainer.scored):
+        pool, rows, _ = trainer.draws[t]
+        assert len(pool) == 8 and len(set(rows.tolist())) == 2 and set(rows.tolist()) <= set(pool.tolist())
+        assert sorted(batch.prompt_ids) == sorted(ids[i] for i in rows)
+    logged = trainer.state.log_history[0]
+    assert "v05/sampler_predicted_signal" in logged and "v05/sampler_realised_signal" not in logged
+
+
+def test_prior_select_sampler_draws_uncertain_prompts():
+    """The selection follows the prior through Round.predict → Round.allocate (the trainer's _v05_draw): SPO's
+    tracker as the prior (the selection grid's sel_tracker) holds p̂ = 0.5 for 4 of 16 prompts and p̂ ≈ 0 or 1 for
+    the others; from each pool of 8, the 2 with the largest p̃(1 − p̃) are taken (no exploration at B = 2: ⌊0.05·2⌋
+    = 0), so over 50 epochs an uncertain prompt is drawn whenever its pool holds one, an extreme one only when its
+    pool holds fewer than two uncertain ones."""
+    n, b = 16, 2
+    keys = np.asarray([f"p{i}" for i in range(n)], dtype=object)
+    uncertain = np.arange(n) % 4 == 0  # (n,)
+    rnd = Round("v05_eb", reward_range="01", prior="spo", prior_options={"rho": "constant"},
+                allocator=PriorSelect(k=1, batch_size=b))  # fmt: skip
+    table = rnd.provider.tracker_.setdefault("default", {})
+    for i, key in enumerate(keys):
+        table[key] = [40.0, 40.0, 1] if uncertain[i] else ([80.0, 0.01, 1] if i % 2 else [0.01, 80.0, 1])
+
+    pools: list[np.ndarray] = []
+
+    def draw(pool, epoch, index):
+        pools.append(pool.copy())
+        prior = rnd.predict(keys[pool], list(keys[pool]))
+        rng = np.random.default_rng([0, 23, epoch, index])
+        alloc = rnd.allocate(lambda ids, counts: np.zeros(int(counts.sum())), n_prompts=len(pool), rng=rng,
+                             prior=prior, keys=keys[pool])  # fmt: skip
+        return pool[alloc.kept]
+
+    sampler = PoolSampler(n, batch_size=b, pool_size=4 * b, mini_repeat_count=1, repeat_count=1, seed=0, draw=draw)
+    drawn = []
+    for epoch in range(50):
+        sampler.set_epoch(epoch)
+        drawn += list(np.asarray(list(sampler)).reshape(-1, b))  # (2 pools, B) an epoch
+    assert len(drawn) == len(pools) == 100
+    for pool, rows in zip(pools, drawn, strict=True):
+        assert set(rows.tolist()) <= set(pool.tolist())
+        assert int(uncertain[rows].sum()) == min(int(uncertain[pool].sum()), b), (pool, rows)

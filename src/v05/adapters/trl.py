@@ -34,8 +34,9 @@ Deviations from TRL and limits:
   (r − r̄)/(std + ε): v05 (as verl) uses 1e-6, TRL 1e-4 (``v05_estimator_options={"eps": 1e-4}`` matches TRL).
 - Fixed K only: TRL samples ``num_generations`` rollouts for every prompt, so OSLA's per-prompt extra rollouts
   (and any allocator but ``fixed``) are refused; use v05's trainer or the verl plugin for ragged budgets. Which
-  prompts a generation batch holds is open: ``v05_sampler="spo"`` replaces TRL's sampler of the train dataset with
-  SPO's prioritised draw from a candidate pool, through the round's allocator on the main process (broadcast); its
+  prompts a generation batch holds is open: ``v05_sampler="spo"`` (or ``"prior_select"``) replaces TRL's sampler of
+  the train dataset with SPO's prioritised draw (or the prior's selection) from a candidate pool, through the round's
+  allocator on the main process (broadcast); its
   draw may miss the latest batch's outcomes, as accelerate's data loader reads a batch ahead
   (:mod:`v05.adapters.trl_sampler`). SPO's ``rho="kl"`` needs the policy's drift, which only v05's trainer measures:
   refused (``rho="constant"`` runs).
@@ -81,6 +82,7 @@ from v05._checks import REWARD_RANGES, reward_range_text
 from v05._types import FloatArray, IntArray
 from v05.adapters.trl_batch import V05Batch, _dataset_keys, _group_keys, _prompt_text, _row_key
 from v05.adapters.trl_options import (
+    SAMPLER_REWARD_STATS,
     SAMPLERS,
     _builds_provider,
     _estimator_options,
@@ -168,11 +170,14 @@ class V05GRPOConfig(trl.GRPOConfig):
         v05_feed_n0: give the provider's pseudo-count n0 to estimators with an ``n0`` option (``v05_eb``) unless
             ``v05_estimator_options`` fixes ``n0``.
         v05_allocator: only ``"fixed"``: TRL samples K = ``num_generations`` rollouts for every prompt.
-        v05_sampler: how each generation batch's prompts are chosen: None (TRL's own shuffled sampler) or
+        v05_sampler: how each generation batch's prompts are chosen: None (TRL's own shuffled sampler),
             ``"spo"``: SPO's prioritised sampling, B prompts drawn from a pool of ``pool_factor``·B candidates by
-            w = √(p̂(1 − p̂)) + ε on the prior's p̂ (:class:`v05.allocation.spo.SpoSample` through the round; the draw
-            may lag the tracker by one generation batch: :mod:`v05.adapters.trl_sampler`). Needs ``v05_prior``.
-        v05_sampler_options: the sampler's options (``"spo"``: ``pool_factor``, default 4, and ``epsilon``, 0.05);
+            w = √(p̂(1 − p̂)) + ε on the prior's p̂ (:class:`v05.allocation.spo.SpoSample` through the round), or
+            ``"prior_select"``: the B of 4·B candidates whose Thompson draw p̃ from the prior's Beta has the largest
+            p̃(1 − p̃) (:class:`v05.allocation.select.PriorSelect`, v05 train's ``allocator.name=prior_select``). The
+            draw may lag the prior by one generation batch (:mod:`v05.adapters.trl_sampler`). Needs ``v05_prior``.
+        v05_sampler_options: the sampler's options (``"spo"``: ``pool_factor``, default 4, and ``epsilon``, 0.05;
+            ``"prior_select"``: ``thompson``, ``explore_frac``, ``default_n0``, ``alpha0``);
             ``k`` and ``batch_size`` are the adapter's (``num_generations``, the generation batch's prompts).
         v05_reward_range: the scale of TRL's weighted reward sum Σ_f w_f·r_f: ``"01"`` ([0, 1], e.g. 0/1
             correctness) or ``"pm1"`` ([−1, 1], e.g. ±1 as verl's DAPO scorer). The estimator and the prior work on
@@ -431,10 +436,12 @@ class V05GRPOTrainer(trl.GRPOTrainer):
                            draw=self._v05_draw)  # fmt: skip
 
     def _v05_draw(self, pool: IntArray, epoch: int, index: int) -> IntArray:
-        """(B,) dataset rows of a generation batch: the round's prior of the pool, then its allocator (SPO's rule).
+        """(B,) dataset rows of a generation batch: the round's prior of the pool, then its allocator.
 
-        On the main process (its tracker), broadcast to the others. The allocator only chooses: TRL generates the
-        rollouts later, so its one round is told placeholder rewards (0), which ``SpoSample`` does not read.
+        On the main process (its tracker), broadcast to the others. The allocator only chooses (SPO's weighted draw,
+        or ``prior_select``'s top-B by the prior): TRL generates the rollouts later, so its one round is told
+        placeholder rewards (0), which neither choice reads; statistics computed from them
+        (:data:`~v05.adapters.trl_options.SAMPLER_REWARD_STATS`) are left out of the log.
         """
         keys, texts = self._v05_rows
 
@@ -444,7 +451,7 @@ class V05GRPOTrainer(trl.GRPOTrainer):
             alloc: Allocation = rnd.allocate(lambda ids, counts: np.zeros(int(counts.sum())), n_prompts=len(pool),
                                              rng=np.random.default_rng([self.args.seed, 23, epoch, index]),
                                              prior=prior, keys=keys[pool])  # fmt: skip
-            return pool[alloc.kept], dict(alloc.stats)
+            return pool[alloc.kept], {k: v for k, v in alloc.stats.items() if k not in SAMPLER_REWARD_STATS}
 
         rows, self.v05_draw_stats = self._v05_from_main(draw)
         return rows

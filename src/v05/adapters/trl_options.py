@@ -16,9 +16,13 @@ from v05.names import check_options
 from v05.priors import get_provider_spec
 from v05.registry import CONTEXT_OPTIONS, EstimatorSpec, get_allocator
 
-SAMPLERS = ("spo",)
-"""``v05_sampler`` names: allocators that only choose which prompts of a pool TRL generates for (one round, no
-rewards read), by their registry names."""
+SAMPLERS = ("spo", "prior_select")
+"""``v05_sampler`` names: allocators that only choose which prompts of a pool TRL generates for (one round, the
+choice made before any reward), by their registry names: SPO's weighted draw and the prior's top-B selection."""
+
+SAMPLER_REWARD_STATS = frozenset({"realised_signal"})
+"""Statistics an allocator computes from the rewards its round was told (``prior_select``'s realised signal): a
+sampler's draw tells placeholders, since TRL generates later, so these are left out of its log."""
 
 _TRL_SCALE = {"group_std": "group", "none": "none"}  # v05 scale → TRL's scale_rewards name (others: "none")
 

@@ -1,6 +1,7 @@
-r"""A sampler of TRL's train dataset whose generation batches are drawn from candidate pools (SPO's sampling).
+r"""A sampler of TRL's train dataset whose generation batches are drawn from candidate pools (SPO's, or a prior's).
 
-Used by :class:`v05.adapters.trl.V05GRPOTrainer` with ``v05_sampler="spo"``; it does not import TRL. Epoch e of
+Used by :class:`v05.adapters.trl.V05GRPOTrainer` with ``v05_sampler="spo"`` or ``"prior_select"``; it does not
+import TRL. Epoch e of
 n rows, B prompts per generation batch, a candidate pool of P = ``pool_factor``·B:
 
     perm  = permutation(n) seeded by [seed, e]
