@@ -52,13 +52,15 @@ def test_verl_estimator_spo_is_the_cores_spo_on_groups_of_one():
 
 
 def test_verl_config_takes_the_spo_allocator():
-    """``+algorithm.v05.allocator=spo`` is accepted; an allocator verl cannot run names the ones it can."""
+    """``+algorithm.v05.allocator=spo`` (and ``prior_select``) is accepted; an allocator verl cannot run names the
+    ones it can."""
     pytest.importorskip("omegaconf")
     from v05.adapters.verl_estimators import VerlConfig
 
     cfg = VerlConfig.from_algorithm({"v05": {"allocator": "spo", "allocator_options": {"epsilon": 0.1}}})
     assert cfg.allocator == "spo"
-    with pytest.raises(ValueError, match="'osla'.*'spo'"):
+    assert VerlConfig.from_algorithm({"v05": {"allocator": "prior_select"}}).allocator == "prior_select"
+    with pytest.raises(ValueError, match="'osla'.*'spo'.*'prior_select'"):
         VerlConfig.from_algorithm({"v05": {"allocator": "sara"}})
 
 
@@ -81,6 +83,15 @@ def recipe_draw(p_hat, step):
     return set(np.random.default_rng(step).choice(len(p_hat), size=BATCH, replace=False, p=w / w.sum()).tolist())
 
 
+
+def select_draw(p_hat, n0, step):
+    """prior_select's choice written out: a Thompson draw p̃ ~ Beta(p̂·n0 + ½, (1 − p̂)·n0 + ½) per candidate from the
+    step's generator, the BATCH largest p̃(1 − p̃) (ties by a second uniform draw; no exploration at 5 % of 4)."""
+    rng = np.random.default_rng(step)
+    p_tilde = rng.beta(p_hat * n0 + 0.5, (1 - p_hat) * n0 + 0.5)
+    order = np.lexsort((rng.random(len(p_hat)), -(p_tilde * (1 - p_tilde))))
+    return set(order[:BATCH].tolist())
+
 # -- in verl's fit loop -------------------------------------------------------------------------------------------
 
 
@@ -92,7 +103,7 @@ def spo_overrides(h, tmp_path, allocator="spo"):
     replaced = ("data.", "actor_rollout_ref.actor.ppo_mini_batch_size", "+algorithm.v05.allocator=")
     script = [o for o in h.launch_arrays()["SPO"] if not o.startswith(replaced)]
     sizes = [f"data.train_batch_size={BATCH}", f"actor_rollout_ref.actor.ppo_mini_batch_size={BATCH}"]
-    sizes += [f"data.gen_batch_size={POOL}"] if allocator == "spo" else []
+    sizes += [f"data.gen_batch_size={POOL}"] if allocator in ("spo", "prior_select") else []
     return [*test_only, *script, *sizes, f"+algorithm.v05.allocator={allocator}"]
 
 
@@ -114,7 +125,7 @@ def harness():
     ray.shutdown()
 
 
-@pytest.mark.parametrize("allocator", ["spo", "fixed"])
+@pytest.mark.parametrize("allocator", ["spo", "fixed", "prior_select"])
 def test_spo_trains_in_verls_fit_loop(harness, tmp_path, monkeypatch, allocator):
     """Three steps of verl's V1 fit loop with the launch script's SPO settings (rollout.n = 1, ρ = 0.875, ±1 rewards;
     sizes scaled to the test: 4 prompts a step from 8 candidates, 16 dataset prompts):
@@ -125,8 +136,10 @@ def test_spo_trains_in_verls_fit_loop(harness, tmp_path, monkeypatch, allocator)
       over the batch), non-zero;
     - ``allocator=spo``: every step the round's allocator (a spy on ``Round.allocate``) sees the 8-prompt candidate
       pool, draws 4 of them — the recipe's weighted draw from the tracker's values — and exactly the drawn prompts,
-      one rollout each, reach the actor; ``v05/spo/*`` reach verl's logger; ``allocator=fixed``: every prompt of
-      verl's batch, one rollout each (groups of one in the trainer mode);
+      one rollout each, reach the actor; ``v05/spo/*`` reach verl's logger; ``allocator=prior_select`` (the selection
+      grid's ``sel_tracker``, on the same draw path): the 4 drawn are prior_select's choice written out here on the
+      pool's prior and the step's generator, and ``v05/prior_select/*`` reach the logger; ``allocator=fixed``: every
+      prompt of verl's batch, one rollout each (groups of one in the trainer mode);
     - the checkpoint's ``v05_state.json`` restores the tracker."""
     h, tq = harness
     from verl.trainer.ppo.v1 import trainer_base
@@ -135,7 +148,8 @@ def test_spo_trains_in_verls_fit_loop(harness, tmp_path, monkeypatch, allocator)
     monkeypatch.setattr(trainer_base.Tracking, "log", lambda self, data, step, **kw: logged.append(dict(data)))
     config = h.verl_config(*spo_overrides(h, tmp_path, allocator))
     trainer, worker = h.build_trainer(config, tq, PASS_RATES)
-    assert trainer.v05_pool_size == (POOL if allocator == "spo" else None)
+    draws = allocator in ("spo", "prior_select")
+    assert trainer.v05_pool_size == (POOL if draws else None)
     allocations = []
     real_allocate = trainer.v05_round.allocate
 
@@ -174,12 +188,22 @@ def test_spo_trains_in_verls_fit_loop(harness, tmp_path, monkeypatch, allocator)
             assert metrics["v05/spo/candidates"] == POOL and metrics["v05/spo/drawn"] == BATCH
             w = recipe_weights(pool_p)
             np.testing.assert_allclose(metrics["v05/spo/selected_weight_mean"], np.mean((w / w.sum())[sorted(drawn)]))
+        if allocator == "prior_select":
+            pool_keys, pool_p, alloc = allocations[step - 1]
+            assert len(pool_keys) == POOL > BATCH == alloc.counts.sum() and set(alloc.counts) <= {0, 1}
+            np.testing.assert_allclose(pool_p, recipe_p_hat(tracker, pool_keys), atol=1e-12)
+            drawn = set(np.flatnonzero(alloc.counts).tolist())
+            n0 = np.array([sum(tracker.get(k, [0.5, 0.5])) for k in pool_keys])
+            assert drawn == select_draw(pool_p, n0, step)
+            assert sorted(keys) == sorted(pool_keys[i] for i in drawn)
+            assert metrics["v05/prior_select/candidates"] == POOL and metrics["v05/prior_select/drawn"] == BATCH
+            assert "v05/prior_select/predicted_signal" in metrics
         for k, r in zip(keys, rewards, strict=True):
             a, b = tracker.get(k, [0.5, 0.5])
             s = (r + 1) / 2  # ±1 → success
             tracker[k] = [RHO * a + s, RHO * b + (1 - s)]
-    assert len(allocations) == (3 if allocator == "spo" else 0)
-    if allocator == "spo":
+    assert len(allocations) == (3 if draws else 0)
+    if draws:
         revisited = set(allocations[0][0]) & set(allocations[2][0])
         assert revisited and np.any(allocations[2][1] != 0.5), "the draw never read the tracker after an update"
     alpha, beta = trainer.v05_provider.beta_of(list(tracker))

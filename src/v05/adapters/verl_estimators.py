@@ -63,6 +63,10 @@ VERL_ESTIMATORS: dict[str, str] = {
 """verl name → v05 estimator (``oracle`` is left out: it needs the true pass rates; ``poise``: per-rollout probe
 values from the actor's hidden states, which a registered verl estimator does not receive)."""
 
+DRAWS = ("spo", "prior_select")
+"""``algorithm.v05.allocator`` names that draw each step's batch from a candidate pool of prompts inside the replay
+buffer's ``sample`` (the trainer mode's ``_v05_draw``): SPO's weighted draw and the prior's selection."""
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class VerlConfig:
@@ -96,13 +100,16 @@ class VerlConfig:
     """trainer mode: a prior provider in ``v05.priors.PROVIDERS`` (None: the dataset's ``extra_info`` prior)."""
     provider_options: dict[str, Any] = field(default_factory=dict)
     """trainer mode: keyword options of the provider."""
-    allocator: Literal["fixed", "osla", "spo"] = "fixed"
-    """trainer mode: ``"fixed"`` (``rollout.n`` per prompt), ``"osla"`` (k_init, then extra rounds) or ``"spo"``
+    allocator: Literal["fixed", "osla", "spo", "prior_select"] = "fixed"
+    """trainer mode: ``"fixed"`` (``rollout.n`` per prompt), ``"osla"`` (k_init, then extra rounds), ``"spo"``
     (SPO's prioritised sampling: ``data.train_batch_size`` prompts drawn from a candidate pool of
-    ``data.gen_batch_size`` by the prior's uncertainty, ``rollout.n`` rollouts each)."""
+    ``data.gen_batch_size`` by the prior's uncertainty, ``rollout.n`` rollouts each) or ``"prior_select"`` (the
+    ``data.train_batch_size`` candidates of the pool whose Thompson draw from the prior's Beta has the largest
+    p̃(1 − p̃); the same draw path as ``spo``)."""
     allocator_options: dict[str, Any] = field(default_factory=dict)
-    """trainer mode: options of ``v05.allocation.OSLA`` (k_init, k_max, c, schedule, extra_budget, noise, test) or of
-    ``v05.allocation.spo.SpoSample`` (epsilon; pool_factor, when ``data.gen_batch_size`` is not set)."""
+    """trainer mode: options of ``v05.allocation.OSLA`` (k_init, k_max, c, schedule, extra_budget, noise, test), of
+    ``v05.allocation.spo.SpoSample`` (epsilon; pool_factor, when ``data.gen_batch_size`` is not set) or of
+    ``v05.allocation.select.PriorSelect`` (thompson, explore_frac, default_n0, alpha0)."""
 
     def __post_init__(self) -> None:
         if self.reward_range not in REWARD_RANGES:
@@ -123,12 +130,12 @@ class VerlConfig:
                 f"algorithm.v05.provider={self.provider!r} is a bound whose extra rollouts of the current policy only "
                 "v05 train draws; use a learned prior (running_mean, history, v0, combined)"
             )
-        if self.allocator not in ("fixed", "osla", "spo"):
+        if self.allocator not in ("fixed", "osla", *DRAWS):
             raise ValueError(
                 f"algorithm.v05.allocator={self.allocator!r} is not available in verl: 'fixed' or 'osla' (per-prompt "
-                "budgets), or 'spo' (SPO's prioritised sampling); the other prompt-selecting allocators "
-                "(dynamic_sampling, sara, dps) need v05's own trainer — for DAPO's dynamic sampling use verl's "
-                "algorithm.filter_groups"
+                "budgets), 'spo' (SPO's prioritised sampling) or 'prior_select' (the prior's selection); the other "
+                "prompt-selecting allocators (dynamic_sampling, sara, dps) need v05's own trainer — for DAPO's "
+                "dynamic sampling use verl's algorithm.filter_groups"
             )
         if "batch_size" in self.allocator_options:
             raise ValueError("algorithm.v05.allocator_options.batch_size is fixed by data.train_batch_size; remove it")
@@ -508,6 +515,7 @@ def check_group_filter(algorithm: object, estimator: VerlEstimator) -> None:
 
 
 __all__ = [
+    "DRAWS",
     "GROUP_FIELD",
     "KEY_FIELD",
     "PAD_PREFIX",

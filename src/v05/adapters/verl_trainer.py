@@ -82,6 +82,7 @@ import numpy as np
 
 from v05._types import FloatArray, IntArray
 from v05.adapters.verl_estimators import (
+    DRAWS,
     GROUP_FIELD,
     KEY_FIELD,
     TRAINER_MODE,
@@ -167,7 +168,8 @@ class V05TrainerMixin:
     :func:`step_metrics` (realised k distribution ``v05/k/*`` and ``v05/k_hist/<k>``, rejection rate,
     mean ŵ, n0, the prior's τ²/AUC/n0 from the provider's calibration), OSLA's ``v05/osla/*`` statistics, SPO's
     ``v05/spo/*`` (``candidates`` P, ``drawn``, ``pool_weight_mean`` and ``selected_weight_mean``: the mean draw
-    probability of the pool and of the drawn prompts, ``retried_rollouts``) and, with a provider,
+    probability of the pool and of the drawn prompts, ``retried_rollouts``), ``prior_select``'s ``v05/prior_select/*``
+    (``candidates``, ``drawn``, ``predicted_signal``, ``realised_signal``, ``explored`` ...) and, with a provider,
     ``v05/prior_fallbacks`` (this step's prompts, or SPO's candidates, predicted by the guard's running mean) and
     ``v05/prior_update_errors`` (failed provider updates so far).
 
@@ -179,7 +181,7 @@ class V05TrainerMixin:
         v05_provider: the round's prior provider, or None (then priors come from the dataset's ``extra_info``).
         v05_prior_guard: the :class:`~v05.priors.guard.PriorGuard` around ``v05_provider`` (None without one).
         v05_allocator: the round's OSLA or ``SpoSample``, or None for ``allocator: fixed``.
-        v05_pool_size: SPO's candidate pool P (``allocator: spo``), else None.
+        v05_pool_size: a pool draw's candidates P (``allocator: spo`` or ``prior_select``), else None.
         v05_last_allocation: the latest step's ``v05.allocation.Allocation`` (OSLA, SPO), or None.
     """
 
@@ -198,7 +200,7 @@ class V05TrainerMixin:
                                prior=cfg.provider, prior_options=cfg.provider_options, feed_n0=cfg.feed_n0,
                                allocator=allocator)  # fmt: skip
         _check_provider(cfg, self.v05_round)
-        self.v05_pool_size: int | None = None if cfg.allocator != "spo" else _candidate_pool(config, allocator)
+        self.v05_pool_size: int | None = None if cfg.allocator not in DRAWS else _candidate_pool(config, allocator)
         self._v05_prior_fallbacks = 0  # prompts of this step the guard's running mean predicted
         self.v05_last_allocation: Allocation | None = None
         self._v05_prompts: dict[str, _Prompt] = {}
@@ -235,13 +237,13 @@ class V05TrainerMixin:
         inner = super()._build_replay_buffer()  # type: ignore[misc]
         if self.v05_allocator is None:
             return inner
-        if self.v05_config.allocator == "spo":
+        if self.v05_config.allocator in DRAWS:
             return _RoundsBuffer(inner, self._v05_draw, sample_first=False)
         return _RoundsBuffer(inner, self._v05_rounds)
 
     def prepare_step(self) -> dict:
-        """Submit the step's prompt batch, as verl does; with ``spo`` nothing (the draw submits the drawn prompts)."""
-        if self.v05_config.allocator == "spo":
+        """Submit the step's prompt batch, as verl does; with ``spo`` or ``prior_select`` nothing (the draw submits)."""
+        if self.v05_config.allocator in DRAWS:
             return {}
         return super().prepare_step()  # type: ignore[misc]
 
@@ -317,11 +319,12 @@ class V05TrainerMixin:
         return Prior(value, n0, self.v05_config.reward_range)
 
     def _v05_draw(self, _: None, global_steps: int) -> KVBatchMeta:
-        """SPO's prioritised sampling: ``v05_pool_size`` candidates, ``train_batch_size`` of them drawn, their rollouts.
+        """A pool draw (SPO's or the prior's selection): ``v05_pool_size`` candidates, ``train_batch_size`` drawn.
 
         The candidates are verl's next ``v05_pool_size`` dataset prompts (``_next_train_batch``: whole
-        ``data.gen_batch_size`` fetches), each with its key and prior attached; the round's ``spo`` allocator draws the
-        batch from them by the prior's uncertainty (:class:`v05.allocation.spo.SpoSample`, through
+        ``data.gen_batch_size`` fetches), each with its key and prior attached; the round's allocator draws the batch
+        from them by the prior's uncertainty (:class:`v05.allocation.spo.SpoSample` or
+        :class:`v05.allocation.select.PriorSelect`, through
         :meth:`v05.round.Round.allocate` as in v05's trainer), and its one round submits the drawn prompts through
         verl's agent loop (``rollout.n`` sessions each under a new uid, ``extra_info["v05_group"]`` naming the
         candidate's; a failed session is drawn again, :meth:`_v05_extra_round`). Candidates not drawn leave the step.
@@ -330,7 +333,8 @@ class V05TrainerMixin:
             candidates = self._next_train_batch(self.v05_pool_size)
         except StopIteration:  # verl's dataloader drops the last incomplete gen_batch_size fetch
             raise ValueError(
-                f"spo's candidate pool of {self.v05_pool_size} prompts (data.gen_batch_size) is larger than the "
+                f"{self.v05_config.allocator}'s candidate pool of {self.v05_pool_size} prompts (data.gen_batch_size) "
+                "is larger than the "
                 "training set: lower data.gen_batch_size (or allocator_options.pool_factor)"
             ) from None
         pool = [self._v05_prompts[str(r["uid"])] for r in _rows_of(candidates)]
@@ -452,9 +456,9 @@ class V05TrainerMixin:
             alloc, name = self.v05_last_allocation, self.v05_config.allocator
             metrics.update({f"v05/{name}/{k}": float(v) for k, v in alloc.stats.items() if isinstance(v, int | float)})
             metrics.update({f"v05/{name}/{k}": float(v) for k, v in self._v05_counts.items()})
-            if name == "spo":
-                metrics["v05/spo/candidates"] = float(len(alloc.counts))
-                metrics["v05/spo/drawn"] = float(np.sum(alloc.counts > 0))
+            if name in DRAWS:
+                metrics[f"v05/{name}/candidates"] = float(len(alloc.counts))
+                metrics[f"v05/{name}/drawn"] = float(np.sum(alloc.counts > 0))
             self.v05_last_allocation = None
         return batch
 
@@ -578,7 +582,9 @@ def step_metrics(step: VerlStep, calibration: Calibration | None = None) -> dict
 
 
 def _allocator_of(config: DictConfig, cfg: VerlConfig) -> Allocator | None:
-    """The run's allocator: OSLA, SPO's ``SpoSample`` (B = ``data.train_batch_size``, k = ``rollout.n``) or None.
+    """The run's allocator: OSLA, a pool draw (``SpoSample``, ``PriorSelect``; B = train_batch_size, k = rollout.n).
+
+    None for ``allocator: fixed``.
 
     Raises:
         ValueError: an allocator option that verl's own keys set (``batch_size``: VerlConfig; ``k`` unequal to
@@ -586,23 +592,24 @@ def _allocator_of(config: DictConfig, cfg: VerlConfig) -> Allocator | None:
     """
     if cfg.allocator == "osla":
         return get_allocator("osla", **cfg.allocator_options)
-    if cfg.allocator != "spo":
+    if cfg.allocator not in DRAWS:
         return None
     n = int(config.actor_rollout_ref.rollout.n)
     options = {"k": n, **cfg.allocator_options}
     if options["k"] != n:
         raise ValueError(
-            f"algorithm.v05.allocator_options.k={options['k']} differs from actor_rollout_ref.rollout.n={n}: spo "
-            "draws rollout.n rollouts per drawn prompt (verl sizes mini-batches by it); set rollout.n (SPO: 1)"
+            f"algorithm.v05.allocator_options.k={options['k']} differs from actor_rollout_ref.rollout.n={n}: "
+            f"{cfg.allocator} draws rollout.n rollouts per drawn prompt (verl sizes mini-batches by it); set "
+            "rollout.n (SPO: 1)"
         )
-    return get_allocator("spo", batch_size=int(config.data.train_batch_size), **options)
+    return get_allocator(cfg.allocator, batch_size=int(config.data.train_batch_size), **options)
 
 
 def _candidate_pool(config: DictConfig, sample: Any) -> int:
-    """P, the candidates SPO's draw picks a step's batch from.
+    """P, the candidates a pool draw picks a step's batch from.
 
-    ``data.gen_batch_size`` (the recipe's key) if set, else ``pool_factor × data.train_batch_size``
-    (``SpoSample.candidate_pool``).
+    ``data.gen_batch_size`` (the recipe's key) if set, else the allocator's ``candidate_pool`` of
+    ``data.train_batch_size`` (SPO: ``pool_factor`` × it; ``prior_select``: 4 × it).
     """
     gen = config.data.get("gen_batch_size", None)
     return int(gen) if gen else int(sample.candidate_pool(int(config.data.train_batch_size)))
@@ -649,7 +656,7 @@ def _check_config(config: DictConfig, allocator: Allocator | None, estimator: Ve
     check_group_filter(algorithm, estimator)
     if allocator is None:
         return
-    name = "osla" if isinstance(allocator, OSLA) else "spo"
+    name = "osla" if isinstance(allocator, OSLA) else config.algorithm.v05.allocator
     what = "decides per-prompt budgets" if name == "osla" else "draws each step's prompts"
     if (algorithm.get("filter_groups") or {}).get("enable", False):
         raise ValueError(f"algorithm.v05.allocator={name} {what}; disable algorithm.filter_groups")
@@ -665,8 +672,8 @@ def _check_config(config: DictConfig, allocator: Allocator | None, estimator: Ve
     rm = config.reward.reward_model
     if rm.get("enable", False) and not rm.get("enable_resource_pool", False):
         raise ValueError(f"{name} reads rewards between rounds: use a rule-based or resource-pool reward model")
-    if name == "spo":
-        _check_pool(config)
+    if name in DRAWS:
+        _check_pool(config, name)
         return
     if config.actor_rollout_ref.rollout.n != allocator.k_init:  # type: ignore[attr-defined]
         logger.warning(
@@ -678,18 +685,18 @@ def _check_config(config: DictConfig, allocator: Allocator | None, estimator: Ve
         )
 
 
-def _check_pool(config: DictConfig) -> None:
-    """SPO's candidate pool: ``data.gen_batch_size`` (if set) at least the batch, and not set twice."""
+def _check_pool(config: DictConfig, name: str) -> None:
+    """A pool draw's candidates: ``data.gen_batch_size`` (if set) at least the batch, and not set twice (SPO)."""
     gen, batch = config.data.get("gen_batch_size", None), int(config.data.train_batch_size)
     options = config.algorithm.v05.get("allocator_options") or {}
     if gen and "pool_factor" in options:
         raise ValueError(
-            f"spo's candidate pool is data.gen_batch_size={gen}: remove algorithm.v05.allocator_options.pool_factor "
+            f"{name}'s candidate pool is data.gen_batch_size={gen}: remove algorithm.v05.allocator_options.pool_factor "
             "(or data.gen_batch_size, for pool_factor × data.train_batch_size)"
         )
     if gen and int(gen) < batch:
         raise ValueError(
-            f"spo draws data.train_batch_size={batch} prompts from data.gen_batch_size={gen} candidates: set "
+            f"{name} draws data.train_batch_size={batch} prompts from data.gen_batch_size={gen} candidates: set "
             "data.gen_batch_size >= data.train_batch_size (the recipe: 14000 for 1024)"
         )
 
