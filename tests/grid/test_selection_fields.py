@@ -6,7 +6,7 @@ import pytest
 
 from tests.grid._grids import fake_run, task_of
 from v05.grid.results import attribution_results
-from v05.grid.selection import add_selection_fields, pool_pass_rate_var
+from v05.grid.selection import add_selection_fields, headroom_markdown, headroom_rows, plot_headroom, pool_pass_rate_var
 from v05.grid.spec import Attribution, AttributionRow
 
 ROW = AttributionRow(factor="o", method="sel_oracle", versus="uniform_rm")
@@ -50,3 +50,29 @@ def test_an_oracle_that_does_not_select_gives_no_selection_headroom():
     out = add_selection_fields(task, attribution_results(SPEC, groups)["headroom"], groups["sel_oracle"])
     assert "oracle_selection_headroom" not in out and "pass_rate_var" not in out
     assert pool_pass_rate_var(groups["uniform_rm"]) is None
+
+
+def test_the_headroom_section_and_figure(tmp_path):
+    """The page's section lists each task setting with the fields (Var(p) to 4 places, the headroom and the best
+    learned selector in points with their 95 % intervals; "pending" where a part has not run) and links the figure;
+    the figure is written once a setting has both Var(p) and the headroom, and not before."""
+    results = {
+        "tasks": {
+            "a": {"pool": "mixed", "pass_rate_var": 0.0612, "oracle_selection_headroom": 0.034,
+                  "oracle_selection_headroom_ci95": [0.03, 0.038]},
+            "b": {"pool": "fresh", "pass_rate_var": None, "oracle_selection_headroom": None,
+                  "oracle_selection_headroom_ci95": None},
+            "c": {"pool": "revisited"},  # no oracle that selects: not a row
+        },
+        "attribution": {"a": {"headroom": {"best_learned": "sel_combined", "best_learned_diff": 0.016,
+                                           "best_learned_ci95": [0.012, 0.02]}}},
+    }  # fmt: skip
+    rows = headroom_rows(results)
+    assert [r["task"] for r in rows] == ["a", "b"]
+    text = "\n".join(headroom_markdown(rows, "x-headroom.png"))
+    assert "| a | mixed | 0.0612 | +3.4 [+3.0, +3.8] | `sel_combined` +1.6 [+1.2, +2.0] |" in text
+    assert "| b | fresh | pending | pending | pending |" in text and "](x-headroom.png)" in text
+    assert plot_headroom(rows[1:], tmp_path / "none.png") is None and not (tmp_path / "none.png").exists()
+    out = plot_headroom(rows, tmp_path / "h.png")
+    assert out == tmp_path / "h.png" and out.stat().st_size > 1000
+    assert headroom_markdown([], None) == []

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from v05.grid.cells import Cell
+from v05.grid.selection import headroom_markdown, headroom_rows
 from v05.grid.spec import Grid
 from v05.grid.store import is_finished
 from v05.grid.tuning import RECOMMEND_RULE
@@ -438,8 +439,12 @@ def methods_markdown(grid: Grid) -> list[str]:
     return [*lines, ""]
 
 
-def results_markdown(grid: Grid, results: dict[str, Any], meta: dict[str, Any]) -> str:
-    """``docs/results.md``: hardware, wall time and command, the protocol, one table per task setting, the claims."""
+def results_markdown(grid: Grid, results: dict[str, Any], meta: dict[str, Any], *, figure: str | None = None) -> str:
+    """``docs/results.md``: hardware, wall time and command, the protocol, one table per task setting, the claims.
+
+    A grid whose oracle selects also gets the selection headroom against Var(p) (``figure``: its PNG, relative to
+    the page; :mod:`v05.grid.selection`).
+    """
     hours = meta["cells_wall_time_s"] / 3600
     lines = [
         f"# Results: `v05 bench matrix` on the `{grid.name}` grid",
@@ -496,6 +501,7 @@ def results_markdown(grid: Grid, results: dict[str, Any], meta: dict[str, Any]) 
             *attribution_markdown(results.get("attribution", {}).get(name), t),
             *tuning_markdown(grid, t.get("tuning")),
         ]
+    lines += headroom_markdown(headroom_rows(results), figure)
     for name, pending in results.get("pending", {}).items():
         lines += [f"## {name}: the comparison has not run yet", "", *tuning_markdown(grid, pending.get("tuning"))]
     if grid.tuning is not None and grid.tuning.recommend:

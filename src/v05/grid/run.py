@@ -28,6 +28,7 @@ from tqdm.auto import tqdm
 from v05.grid.cells import Cell, grid_cells, tuning_cells
 from v05.grid.render import readme_section, replace_readme_section, results_markdown, write_matrix_report
 from v05.grid.results import matrix_results, run_meta
+from v05.grid.selection import headroom_rows, plot_headroom
 from v05.grid.spec import load_grid
 from v05.grid.store import (
     cell_state,
@@ -240,7 +241,9 @@ def bench_matrix(
         Path(json_path).write_text(text, encoding="utf-8")
     report = write_matrix_report(grid, cells, results, out, meta=meta) if results["tasks"] else None
     if doc is not None:
-        Path(doc).write_text(results_markdown(grid, results, meta), encoding="utf-8")
+        figure = plot_headroom(headroom_rows(results), Path(doc).with_name(f"{Path(doc).stem}-headroom.png"))
+        text = results_markdown(grid, results, meta, figure=None if figure is None else figure.name)
+        Path(doc).write_text(text, encoding="utf-8")
     if recommended is not None and results["recommended"] is not None:
         Path(recommended).write_text(recommended_yaml(grid, results["recommended"], meta["command"]), encoding="utf-8")
     if readme is not None:

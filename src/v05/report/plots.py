@@ -311,6 +311,17 @@ SPECS = (
 """Every figure of the report, in display order."""
 
 
+def pyplot() -> Any:
+    """Pyplot on matplotlib's Agg backend (no display), imported on first use: ``import v05.report`` stays light."""
+    import matplotlib  # noqa: PLC0415 (lazy: keeps `import v05.report` light)
+
+    matplotlib.use("Agg")
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # font-cache chatter under the CLI's INFO logging
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    return plt
+
+
 def write_plots(groups: dict[str, list[Run]], out_dir: str | Path, *, target: float | None = None) -> list[Plot]:
     """Draw every figure of :data:`SPECS` into ``out_dir`` (created if needed).
 
@@ -322,12 +333,7 @@ def write_plots(groups: dict[str, list[Run]], out_dir: str | Path, *, target: fl
     Returns:
         One :class:`Plot` per figure, in display order; skipped figures have ``path=None`` and say why.
     """
-    import matplotlib  # noqa: PLC0415 (lazy: keeps `import v05.report` light)
-
-    matplotlib.use("Agg")
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # font-cache chatter under the CLI's INFO logging
-    import matplotlib.pyplot as plt  # noqa: PLC0415
-
+    plt = pyplot()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     colors = method_colors(list(groups))
@@ -362,4 +368,4 @@ def write_plots(groups: dict[str, list[Run]], out_dir: str | Path, *, target: fl
     return plots
 
 
-__all__ = ["SMOOTH_WINDOW", "SPECS", "Plot", "method_colors", "write_plots"]
+__all__ = ["SMOOTH_WINDOW", "SPECS", "Plot", "method_colors", "pyplot", "write_plots"]
