@@ -16,7 +16,7 @@ import pytest
 
 from v05.allocation.driver import Pool
 from v05.allocation.spo import SpoSample, spo_weights
-from v05.priors import make_provider
+from v05.priors import make_provider, provider_spec
 from v05.priors.spo import rho_from_drift
 from v05.registry import estimate
 from v05.round import Round
@@ -150,3 +150,46 @@ def test_the_spo_estimator_is_the_prior_baseline_normalised_over_the_batch():
     np.testing.assert_allclose(plain, r - v)
     a = estimate("spo", r, np.arange(5), prior=v, reward_range="01").advantages
     assert abs(a.mean()) < 1e-12 and abs(a.std(ddof=1) - 1) < 1e-6
+
+
+def test_a_tracker_started_from_a_prior_starts_each_unseen_prompt_at_its_belief():
+    """start_from (issue 42's cold start): a prompt the tracker has not seen starts, at first sight, from the start
+    provider's prediction, α₀ = p·n0 + ½, β₀ = (1 − p)·n0 + ½ (written out here), not Beta(½, ½); a visit then
+    moves it by ρ·α + s as ever; the start provider learns every outcome (a prompt first seen later starts from the
+    updated prior); the state carries the start's, and a state saved without a start is refused on load."""
+    start = make_provider("running_mean")
+    start.update(["x", "y", "z", "w"], ["", "", "", ""], np.array([1.0, 1.0, 1.0, -1.0]), np.ones(4))  # pm1 scores
+    p0 = start.predict(["new"], [""])
+    spo = make_provider("spo", rho="constant", rho_value=0.875, start_from="running_mean")
+    spo.start.load_state_dict(start.state_dict())
+    pred = spo.predict(["a"], ["question a"])
+    p, n0 = (p0.mean[0] + 1) / 2, p0.n0[0]
+    alpha0, beta0 = p * n0 + 0.5, (1 - p) * n0 + 0.5
+    assert spo.tracker_["default"]["a"] == pytest.approx([alpha0, beta0, 0])
+    assert pred.mean[0] == pytest.approx(2 * alpha0 / (alpha0 + beta0) - 1)
+    assert pred.n0[0] == pytest.approx(alpha0 + beta0)
+    assert pred.mean[0] != 0.0  # Beta(½, ½) would predict 0
+    spo.update(["a"], ["question a"], np.array([-1.0]), np.ones(1))
+    assert spo.tracker_["default"]["a"] == pytest.approx([0.875 * alpha0, 0.875 * beta0 + 1, 1])
+    assert spo.start.predict(["other"], [""]).mean[0] < p0.mean[0]  # the start learned the failure
+    state = spo.state_dict()
+    again = make_provider("spo", rho="constant", rho_value=0.875, start_from="running_mean")
+    again.load_state_dict(state)
+    assert again.state_dict() == state
+    with pytest.raises(ValueError, match="without a start provider"):
+        make_provider("spo", rho="constant").load_state_dict(state)
+
+
+def test_start_from_is_refused_where_it_cannot_mean_anything():
+    """Two starts (offline and start_from), a start on a provider without one, the oracle bound or another tracker as
+    the start: one line each; provider_spec gives a started tracker what its start needs (texts, the policy)."""
+    with pytest.raises(ValueError, match="choose one"):
+        make_provider("spo", offline=True, start_from="history")
+    with pytest.raises(ValueError, match="has no start_from"):
+        make_provider("history", start_from="running_mean")
+    for bad in ("oracle", "spo"):
+        with pytest.raises(ValueError, match="a learned prior"):
+            make_provider("spo", start_from=bad)
+    assert not provider_spec("spo").reads_text
+    assert provider_spec("spo", {"start_from": "combined"}).reads_text
+    assert provider_spec("spo", {"start_from": "probe"}).needs_policy

@@ -96,6 +96,8 @@ def test_the_selection_grid_resolves(tmp_path):
             assert (c.cfg.train.batch_size, c.cfg.allocator.options.get("k")) == (64, 1), c.method.name
         if c.method.name.startswith("sel_"):
             assert c.cfg.allocator.name == "prior_select", c.method.name
+    started = next(c for c in cells if c.method.name == "spo_from_probe")
+    assert (started.cfg.prior.name, started.cfg.prior.options["start_from"]) == ("spo", "probe")
     oracle = next(c for c in cells if c.method.name == "sel_oracle")
     assert (oracle.cfg.prior.name, oracle.cfg.prior.options) == ("oracle", {"rollouts": 8})
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -96,3 +98,20 @@ def test_an_offline_init_over_the_budget_is_refused_and_quick_caps_it(tmp_path, 
     quick = load_config("spo-offline", quick=True)
     assert quick.prior.options["offline_prompts"] * 8 == quick.train.max_rollouts // 2
     assert load_config("spo", quick=True).prior.options == {}
+
+
+def test_a_tracker_started_from_a_learned_prior_trains_and_checkpoints_its_start(tmp_path, tiny_overrides):
+    """SPO with prior.options.start_from=combined (the selection grid's cold start, no offline rollouts): 6 steps
+    without a guard fallback; the prompts it saw but never drew still hold the start's belief (α + β = the
+    combined prior's n0 + 1 > 1, not Beta(½, ½)); the checkpointed state carries the start provider's, which
+    learned every step."""
+    opts = "prior.options={rho: constant, start_from: combined, start_options: {backend: tfidf, min_context: 8}}"
+    over = [*tiny_overrides, *SPO, opts, "run.checkpoint_every=3"]
+    res = train(load_config(None, over), tmp_path / "run")
+    steps = [r for r in rows_of(tmp_path / "run") if r["step"] > 0]
+    assert res.steps == 6 and all(r["prior_fallbacks"] == 0 for r in steps)
+    saved = json.loads((tmp_path / "run" / "checkpoints" / "step_000006" / "state.json").read_text())
+    provider = saved["provider"]  # the round's states sit at the top level (Round.state_dict)
+    assert provider["start"]["provider"] == "combined" and provider["start"]["step"] == 6
+    unvisited = [a + b for a, b, v in provider["tracker"]["default"].values() if v == 0]
+    assert unvisited and min(unvisited) > 1.0 + 1e-9

@@ -97,7 +97,7 @@ from v05.adapters.verl_estimators import (
 from v05.allocation import OSLA, Allocation, Allocator
 from v05.estimators import PriorErrorState
 from v05.groups import segment_count
-from v05.priors import Calibration, calibrate, get_provider_spec
+from v05.priors import Calibration, calibrate, get_provider_spec, provider_spec
 from v05.priors.guard import PriorGuard
 from v05.registry import get_allocator
 from v05.rewards import to_pass_rate, to_pm1
@@ -777,7 +777,7 @@ def _problem_texts(infos: list[dict[str, Any]], chats: list[str], config: VerlCo
     field = config.text_field
     texts = [info.get(field) if isinstance(info.get(field), str) else None for info in infos]
     missing = sum(t is None for t in texts)
-    spec = None if config.provider is None else get_provider_spec(config.provider)
+    spec = None if config.provider is None else provider_spec(config.provider, config.provider_options)
     if missing and spec is not None and (spec.reads_text or spec.needs_policy):  # not an id-only provider
         raise ValueError(
             f"the {config.provider!r} prior reads each prompt's bare problem text, but {missing} of {len(infos)} "

@@ -22,7 +22,14 @@ from v05.priors.evaluate import (
     predict_rows,
     predict_rows_online,
 )
-from v05.priors.registry import PROVIDERS, ProviderSpec, check_provider_options, get_provider_spec, make_provider
+from v05.priors.registry import (
+    PROVIDERS,
+    ProviderSpec,
+    check_provider_options,
+    get_provider_spec,
+    make_provider,
+    provider_spec,
+)
 
 __all__ = [
     "PROVIDERS",
@@ -37,6 +44,7 @@ __all__ = [
     "cross_validate_context",
     "evaluate_v0",
     "get_provider_spec",
+    "provider_spec",
     "group_outcomes",
     "make_provider",
     "predict_rows",

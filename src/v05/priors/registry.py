@@ -6,7 +6,7 @@ through :func:`get_provider_spec`, never from the provider object.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from v05.extras import require_modules
 from v05.names import build, lookup
@@ -39,6 +39,9 @@ class ProviderSpec:
             refuse ``rho="kl"``; ``rho="constant"`` needs nothing).
         offline_init: it can start from n offline rollouts per prompt of the starting policy (``spo``:
             ``init_offline``), which v05's trainer draws and counts (``init_rollouts``).
+        starts_from: it can start each prompt from another provider's prediction (``spo``: options ``start_from``,
+            the provider's name, and ``start_options``, its options); what that provider needs the runner gives
+            (:func:`provider_spec`).
     """
 
     cls: type[BaseProvider]
@@ -48,6 +51,7 @@ class ProviderSpec:
     feeds_n0: bool = True
     needs_drift: bool = False
     offline_init: bool = False
+    starts_from: bool = False
 
 
 PROVIDERS: dict[str, ProviderSpec] = {
@@ -58,7 +62,7 @@ PROVIDERS: dict[str, ProviderSpec] = {
     "domain_mean": ProviderSpec(DomainMeanProvider),
     "probe": ProviderSpec(ProbeProvider, needs_policy=True),
     "oracle": ProviderSpec(OracleProvider, needs_sampler=True),
-    "spo": ProviderSpec(SpoProvider, needs_drift=True, offline_init=True),
+    "spo": ProviderSpec(SpoProvider, needs_drift=True, offline_init=True, starts_from=True),
 }
 """Provider name → spec (its class, constructed with keyword options, and the capabilities runners read)."""
 
@@ -82,9 +86,38 @@ def make_provider(name: str, **options: object) -> BaseProvider:
 
 
 def _build(name: str, options: dict[str, object]) -> BaseProvider:
+    options = dict(options)
+    if "start_from" in options or "start_options" in options:
+        if not get_provider_spec(name).starts_from:
+            raise ValueError(f"prior provider {name!r} has no start_from (only {', '.join(_starters())} do)")
+        start, start_options = options.pop("start_from", None), options.pop("start_options", None) or {}
+        if not isinstance(start, str) or not isinstance(start_options, dict):
+            raise ValueError("start_from must name a prior provider and start_options be a mapping of its options")
+        if get_provider_spec(start).starts_from or get_provider_spec(start).needs_sampler:
+            raise ValueError(f"start_from={start!r}: a learned prior (not a tracker, not the oracle bound)")
+        options["start"] = _build(start, start_options)
     provider = build({n: s.cls for n, s in PROVIDERS.items()}, name, "prior provider", **options)
     require_modules(provider.requires(), f"prior {name!r}")
     return provider
+
+
+def _starters() -> list[str]:
+    return [n for n, s in PROVIDERS.items() if s.starts_from]
+
+
+def provider_spec(name: str, options: dict[str, object] | None = None) -> ProviderSpec:
+    """What a runner must give the provider ``name`` built with ``options``: its spec, with a start provider's needs.
+
+    A tracker started from another provider (``start_from``) needs what that one needs too: the policy (``probe``),
+    the bare problem texts (``v0``, ``combined``). Without ``start_from`` it is :func:`get_provider_spec`.
+    """
+    spec = get_provider_spec(name)
+    start = (options or {}).get("start_from")
+    if not spec.starts_from or not isinstance(start, str):
+        return spec
+    inner = get_provider_spec(start)
+    return replace(spec, needs_policy=spec.needs_policy or inner.needs_policy,
+                   reads_text=spec.reads_text or inner.reads_text)  # fmt: skip
 
 
 def check_provider_options(name: str, options: dict[str, object]) -> None:
@@ -103,4 +136,5 @@ __all__ = [
     "check_provider_options",
     "get_provider_spec",
     "make_provider",
+    "provider_spec",
 ]

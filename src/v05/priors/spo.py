@@ -20,6 +20,16 @@ D comes from the runner (:meth:`SpoProvider.observe_drift`; the trainer computes
 
     α₀ = N_init·(s + ½)/(n + 1),   β₀ = N_init·(n − s + ½)/(n + 1),   N_init = 1/(1 − clip_lower)
 
+Or, without offline rollouts, from another provider's prediction (``start_from``: ``combined``, ``v0``, ``probe``,
+``history`` ...; issue 42's cold start): a prompt the tracker has not seen starts, when it is first predicted, at
+the prior's pass rate p_V and worth n0 (:func:`v05.allocation.select.prior_belief`, α₀ = ½):
+
+    α₀ = p_V·n0 + ½,   β₀ = (1 − p_V)·n0 + ½
+
+fixed from then on (later visits move it by the rule above); the start provider learns from every update (so a
+prompt first seen later starts from a better prior) and is checkpointed inside the tracker's state. Its cost (an
+encoder's forward, the policy's for ``probe``) is the runner's to count, as for that provider alone.
+
 Follows verl's ``recipe/spo/spo_ray_trainer.py`` (commit 4b2b364) where it and the paper differ: D is the mean
 absolute per-token log-ratio of the prompt's last response (the recipe's "KL"), compared between the post-update
 policies of the last and the current visit; the constants d_half = 0.06 and clip_upper = 0.96 are the recipe's
@@ -38,8 +48,9 @@ import numpy as np
 
 from v05._checks import as_float_1d, check_int, check_positive
 from v05._types import FloatArray
+from v05.allocation.select import prior_belief
 from v05.priors.base import PriorPrediction
-from v05.priors.compose import BaseProvider, _ids, _outcomes
+from v05.priors.compose import BaseProvider, _ids, _outcomes, _texts
 from v05.rewards import to_pass_rate
 
 Rho = Literal["constant", "kl"]
@@ -65,7 +76,11 @@ def rho_from_drift(drift: object, *, d_half: float = 0.06, clip_lower: float = 0
 
 @dataclass(kw_only=True)
 class SpoProvider(BaseProvider):
-    """SPO's per-prompt Beta tracker (module docstring): V = 2α/(α + β) − 1, n0 = α + β."""
+    """SPO's per-prompt Beta tracker (module docstring): V = 2α/(α + β) − 1, n0 = α + β.
+
+    Raises:
+        ValueError: a bad option; ``start`` together with ``offline`` (two starts).
+    """
 
     name = "spo"
     rho: Rho = "kl"
@@ -86,6 +101,9 @@ class SpoProvider(BaseProvider):
     offline_prompts: int | None = None
     """start only the pool's first N prompts from offline rollouts (None: every prompt, as the recipe does); the
     rest start at Beta(½, ½). ``--quick`` sets it so the init takes half of a smoke run's budget."""
+    start: BaseProvider | None = None
+    """the provider a prompt's Beta starts from at first sight (``prior.options.start_from``, built by
+    :func:`v05.priors.make_provider`), or None: Beta(½, ½) or the offline init."""
     tracker_: dict[str, dict[str, list[float]]] = field(default_factory=dict, init=False)  # key → [α, β, visits]
     drift_: dict[str, float] = field(default_factory=dict, init=False)
 
@@ -105,6 +123,40 @@ class SpoProvider(BaseProvider):
         check_int(self.offline_n, "offline_n", 1)
         if self.offline_prompts is not None:
             check_int(self.offline_prompts, "offline_prompts", 1)
+        if self.start is not None and self.offline:
+            raise ValueError("spo: start_from and offline are two ways to start the tracker; choose one")
+        if self.start is not None and not isinstance(self.start, BaseProvider):
+            raise ValueError(f"spo: start must be a prior provider, got {type(self.start).__name__}")
+
+    # -- the start provider (the runner binds and counts it through these) -----------------------------------------
+    def requires(self) -> tuple[str, ...]:
+        """The start provider's modules (none without one)."""
+        return () if self.start is None else self.start.requires()
+
+    def prefetch(self, texts: Sequence[str]) -> None:
+        """The start provider's :meth:`prefetch` (its embeddings, once before training)."""
+        if self.start is not None:
+            self.start.prefetch(texts)
+
+    def encoder_work(self, texts: Sequence[str]) -> int:
+        """The start provider's encoder work over ``texts`` (0 without one that encodes)."""
+        work = getattr(self.start, "encoder_work", None)
+        return 0 if work is None else int(work(texts))
+
+    def bind_policy(self, backend: object) -> None:
+        """Give the start provider the policy (``probe``)."""
+        self.start.bind_policy(backend)  # type: ignore[union-attr]
+
+    def _start_unseen(self, ids: list[str], texts: list[str], policy: str) -> None:
+        """Start the prompts the tracker has not seen from the start provider (module docstring's α₀, β₀)."""
+        table = self.tracker_.setdefault(policy, {})
+        new = [i for i, pid in enumerate(ids) if pid not in table]
+        if self.start is None or not new:
+            return
+        pred = self.start.predict([ids[i] for i in new], [texts[i] for i in new], policy=policy)
+        belief = prior_belief(to_pass_rate(pred.mean, "pm1"), pred.n0, alpha0=0.5)
+        for j, i in enumerate(new):
+            table[ids[i]] = [float(belief.alpha[j]), float(belief.beta[j]), 0]  # a start is not a visit
 
     # -- the tracker ----------------------------------------------------------------------------------------------
     def beta_of(self, prompt_ids: Sequence[str], *, policy: str = "default") -> tuple[FloatArray, FloatArray]:
@@ -167,6 +219,7 @@ class SpoProvider(BaseProvider):
     def predict(self, prompt_ids: Sequence[str], texts: Sequence[str], *, policy: str = "default") -> PriorPrediction:
         """V = 2α/(α + β) − 1 and n0 = α + β per prompt (the tracker before this step's outcomes)."""
         ids = _ids(prompt_ids)
+        self._start_unseen(ids, _texts(texts, len(ids)), policy)
         alpha, beta = self.beta_of(ids, policy=policy)
         n0 = alpha + beta  # (G,)
         p_hat = alpha / n0  # (G,)
@@ -177,11 +230,15 @@ class SpoProvider(BaseProvider):
         return PriorPrediction(mean, tau2, n0)
 
     def _parts(self, ids: list[str], texts: list[str], policy: str) -> tuple[FloatArray, FloatArray]:
+        self._start_unseen(ids, texts, policy)
         alpha, beta = self.beta_of(ids, policy=policy)
         return 2.0 * alpha / (alpha + beta) - 1.0, np.zeros(len(ids))
 
     def _learn(self, ids: list[str], texts: list[str], scores: FloatArray, counts: FloatArray, policy: str) -> None:
         scores, counts = _outcomes(ids, scores, counts)
+        if self.start is not None:  # the start learns every outcome, for the prompts it will start later
+            self.start.update(ids, texts, scores, counts, policy=policy, step=self.step_)
+        self._start_unseen(ids, texts, policy)  # a prompt updated before it was ever predicted starts first
         rho = self.discount(ids, policy=policy)  # (G,)
         alpha, beta = self.beta_of(ids, policy=policy)
         s = to_pass_rate(scores, "pm1") * counts  # (G,) successes
@@ -193,7 +250,8 @@ class SpoProvider(BaseProvider):
 
     def state_dict(self) -> dict[str, object]:
         """JSON state: the base provider's, the tracker and the observed drifts."""
-        return {**BaseProvider.state_dict(self), "tracker": self.tracker_, "drift": self.drift_}
+        start = None if self.start is None else self.start.state_dict()
+        return {**BaseProvider.state_dict(self), "tracker": self.tracker_, "drift": self.drift_, "start": start}
 
     def load_state_dict(self, state: dict[str, object]) -> None:
         """Restore :meth:`state_dict`."""
@@ -201,6 +259,11 @@ class SpoProvider(BaseProvider):
         self.tracker_ = {p: {k: [float(a), float(b), int(v)] for k, (a, b, v) in t.items()}
                          for p, t in state["tracker"].items()}  # type: ignore[attr-defined]  # fmt: skip
         self.drift_ = {k: float(v) for k, v in state["drift"].items()}  # type: ignore[attr-defined]
+        start = state.get("start")
+        if (start is None) != (self.start is None):
+            raise ValueError("spo state: saved with and loaded without a start provider (or the reverse)")
+        if self.start is not None:
+            self.start.load_state_dict(start)  # type: ignore[arg-type]
 
 
 __all__ = ["Rho", "SpoProvider", "rho_from_drift"]

@@ -37,7 +37,7 @@ from tqdm.auto import tqdm
 
 from v05._checks import error_line
 from v05.engines.hf import HFEngine
-from v05.priors import get_provider_spec
+from v05.priors import get_provider_spec, provider_spec
 from v05.registry import ESTIMATORS, get_allocator
 from v05.round import Prior, Round
 from v05.tasks import make_task
@@ -423,7 +423,7 @@ def _encoder_init(cfg: TrainConfig, rnd: Round, prior_texts: list[str], model: A
     forward costs ~2 × parameters FLOPs a token for either model). Added to this trainer's and the user's compute
     (``compute/encoder``, ``encoder_compute``). Returns the token-passes (0: no text prior).
     """
-    if cfg.prior.name is None or not get_provider_spec(cfg.prior.name).reads_text:
+    if cfg.prior.name is None or not provider_spec(cfg.prior.name, cfg.prior.options).reads_text:
         return 0
     params = sum(p.numel() for p in model.parameters())
     passes = round(rnd.provider.encoder_work(prior_texts) / params)
@@ -638,7 +638,7 @@ def _bind_prior(
     """
     if rnd.provider is None or cfg.prior.name is None:
         return None
-    spec, backend = get_provider_spec(cfg.prior.name), None
+    spec, backend = provider_spec(cfg.prior.name, cfg.prior.options), None
     if spec.needs_policy:
         backend = PolicyFeatureBackend(model=model, tokenizer=tokenizer, config=cfg.poise.features)
         rnd.provider.bind_policy(backend)
@@ -676,7 +676,7 @@ def _prior_texts(prior_cfg: PriorConfig, pool: list, rendered: list[str]) -> lis
     """
     mode = prior_cfg.input
     if mode == "auto":
-        needs_policy = prior_cfg.name is not None and get_provider_spec(prior_cfg.name).needs_policy
+        needs_policy = prior_cfg.name is not None and provider_spec(prior_cfg.name, prior_cfg.options).needs_policy
         mode = "prompt" if needs_policy else "question"
     return list(rendered) if mode == "prompt" else [p.question for p in pool]
 
