@@ -4,7 +4,7 @@ the capabilities a spec declares (what a runner must give it) are what the provi
 import numpy as np
 import pytest
 
-from v05.priors import PROVIDERS, ProviderSpec, get_provider_spec, make_provider
+from v05.priors import PROVIDERS, ProviderSpec, get_provider_spec, make_provider, provider_spec
 from v05.priors.compose import BaseProvider
 from v05.priors.registry import EMBEDDING_PROVIDERS
 
@@ -31,9 +31,16 @@ def test_every_entry_is_a_spec_whose_class_builds_the_named_provider(name):
 @pytest.mark.parametrize("name", list(PROVIDERS))
 def test_a_provider_needs_a_policy_or_a_sampler_exactly_when_it_can_be_bound_to_one(name):
     """``needs_policy`` ⇔ the class has ``bind_policy``; ``needs_sampler`` ⇔ it has ``bind_sampler``: a runner that
-    reads the spec binds what the provider takes, and never misses one."""
+    reads the spec binds what the provider takes, and never misses one. A provider that starts from another
+    (``starts_from``: ``spo``) passes ``bind_policy`` on to its start, and needs it exactly when the start does
+    (:func:`provider_spec`)."""
     spec = PROVIDERS[name]
-    assert spec.needs_policy == hasattr(spec.cls, "bind_policy")
+    if spec.starts_from:
+        assert hasattr(spec.cls, "bind_policy") and not spec.needs_policy
+        assert provider_spec(name, {"start_from": "probe"}).needs_policy
+        assert not provider_spec(name, {"start_from": "combined"}).needs_policy
+    else:
+        assert spec.needs_policy == hasattr(spec.cls, "bind_policy")
     assert spec.needs_sampler == hasattr(spec.cls, "bind_sampler")
     assert not (spec.needs_policy and spec.reads_text)  # a policy reader reads the rendered prompt, not the text
 
