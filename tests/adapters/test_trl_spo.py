@@ -47,6 +47,23 @@ class DrawRecording(Recording):
         return rows
 
 
+def trained_with_draws(model, tokenizer, dataset, args, allocator, *, pool_size):
+    """A DrawRecording trainer run to its end: its round's allocator is ``allocator`` at 2 prompts a batch, 4
+    batches were scored, and each one's prompts are 2 distinct rows of its ``pool_size`` pool, the very rows TRL
+    generated for."""
+    trainer = DrawRecording(
+        model=model, reward_funcs=odd_first_char, args=args, train_dataset=dataset, processing_class=tokenizer
+    )
+    assert isinstance(trainer.v05_round.allocator, allocator) and trainer.v05_round.allocator.batch_size == 2
+    trainer.train()
+    assert len(trainer.scored) == 4 and len(trainer.draws) >= 4
+    ids = dataset["prompt_id"]
+    for t, (batch, _) in enumerate(trainer.scored):
+        pool, rows, _ = trainer.draws[t]
+        assert len(pool) == pool_size and len(set(rows.tolist())) == 2 and set(rows.tolist()) <= set(pool.tolist())
+        assert sorted(batch.prompt_ids) == sorted(ids[i] for i in rows)  # TRL generated for the drawn rows
+    return trainer
+
 def test_spo_advantages_are_the_estimator_on_a_hand_fed_tracker(tmp_path):
     """4 CPU steps of SPO at one rollout per prompt (TRL's own sampler): the advantages TRL's loss reads are
     estimate("spo", rewards, group, prior=p̂) with p̂ = α/(α + β) of an spo tracker (rho constant 0.875) fed the same
@@ -91,18 +108,9 @@ def test_spo_sampler_trains_and_draws_through_the_round(tmp_path, num_iterations
     model, tokenizer, dataset, _, _ = arithmetic_setup()
     args = config(tmp_path, **SPO, per_device_train_batch_size=2, max_steps=4 * num_iterations,
                   num_iterations=num_iterations, v05_sampler="spo", v05_sampler_options={"pool_factor": 2})  # fmt: skip
-    trainer = DrawRecording(
-        model=model, reward_funcs=odd_first_char, args=args, train_dataset=dataset, processing_class=tokenizer
-    )
-    assert isinstance(trainer.v05_round.allocator, SpoSample) and trainer.v05_round.allocator.batch_size == 2
-    trainer.train()
-
-    assert len(trainer.scored) == 4 and len(trainer.draws) >= 4
-    ids = dataset["prompt_id"]
-    for t, (batch, _) in enumerate(trainer.scored):
-        pool, rows, scored_before = trainer.draws[t]
-        assert len(pool) == 4 and len(set(rows.tolist())) == 2 and set(rows.tolist()) <= set(pool.tolist())
-        assert sorted(batch.prompt_ids) == sorted(ids[i] for i in rows)  # TRL generated for the drawn rows
+    trainer = trained_with_draws(model, tokenizer, dataset, args, SpoSample, pool_size=4)
+    for t in range(len(trainer.scored)):
+        scored_before = trainer.draws[t][2]
         first_of_epoch = t % 2 == 0
         assert scored_before == (t if first_of_epoch or num_iterations == 2 else t - 1)
     epoch0 = np.concatenate([trainer.draws[0][0], trainer.draws[1][0]])
@@ -201,17 +209,7 @@ def test_prior_select_sampler_trains_on_the_rows_it_selects(tmp_path):
     args = config(tmp_path, num_generations=1, v05_estimator="v05_eb", v05_estimator_options={"scale": "none"},
                   v05_prior="history", per_device_train_batch_size=2, max_steps=4,
                   v05_sampler="prior_select")  # fmt: skip
-    trainer = DrawRecording(
-        model=model, reward_funcs=odd_first_char, args=args, train_dataset=dataset, processing_class=tokenizer
-    )
-    assert isinstance(trainer.v05_round.allocator, PriorSelect) and trainer.v05_round.allocator.batch_size == 2
-    trainer.train()
-    assert len(trainer.scored) == 4 and len(trainer.draws) >= 4
-    ids = dataset["prompt_id"]
-    for t, (batch, _) in enumerate(trainer.scored):
-        pool, rows, _ = trainer.draws[t]
-        assert len(pool) == 8 and len(set(rows.tolist())) == 2 and set(rows.tolist()) <= set(pool.tolist())
-        assert sorted(batch.prompt_ids) == sorted(ids[i] for i in rows)
+    trainer = trained_with_draws(model, tokenizer, dataset, args, PriorSelect, pool_size=8)
     logged = trainer.state.log_history[0]
     assert "v05/sampler_predicted_signal" in logged and "v05/sampler_realised_signal" not in logged
 
