@@ -64,6 +64,21 @@ def trained_with_draws(model, tokenizer, dataset, args, allocator, *, pool_size)
         assert sorted(batch.prompt_ids) == sorted(ids[i] for i in rows)  # TRL generated for the drawn rows
     return trainer
 
+def round_draw(rnd, keys, pools=None):
+    """What V05GRPOTrainer._v05_draw does on the main process: the round's prior of the pool, then its allocator
+    told placeholder rewards; each pool is appended to ``pools`` when given."""
+
+    def draw(pool, epoch, index):
+        if pools is not None:
+            pools.append(pool.copy())
+        prior = rnd.predict(keys[pool], list(keys[pool]))
+        rng = np.random.default_rng([0, 23, epoch, index])
+        alloc = rnd.allocate(lambda ids, counts: np.zeros(int(counts.sum())), n_prompts=len(pool), rng=rng,
+                             prior=prior, keys=keys[pool])  # fmt: skip
+        return pool[alloc.kept]
+
+    return draw
+
 def test_spo_advantages_are_the_estimator_on_a_hand_fed_tracker(tmp_path):
     """4 CPU steps of SPO at one rollout per prompt (TRL's own sampler): the advantages TRL's loss reads are
     estimate("spo", rewards, group, prior=p̂) with p̂ = α/(α + β) of an spo tracker (rho constant 0.875) fed the same
@@ -133,14 +148,8 @@ def test_spo_sampler_draws_uncertain_prompts_more():
     for i, key in enumerate(keys):
         table[key] = [4.0, 4.0, 1] if uncertain[i] else ([8.0, 0.01, 1] if i % 2 else [0.01, 8.0, 1])
 
-    def draw(pool, epoch, index):  # what V05GRPOTrainer._v05_draw does on the main process
-        prior = rnd.predict(keys[pool], list(keys[pool]))
-        rng = np.random.default_rng([0, 23, epoch, index])
-        alloc = rnd.allocate(lambda ids, counts: np.zeros(int(counts.sum())), n_prompts=len(pool), rng=rng,
-                             prior=prior, keys=keys[pool])  # fmt: skip
-        return pool[alloc.kept]
-
-    sampler = PoolSampler(n, batch_size=b, pool_size=2 * b, mini_repeat_count=1, repeat_count=1, seed=0, draw=draw)
+    sampler = PoolSampler(n, batch_size=b, pool_size=2 * b, mini_repeat_count=1, repeat_count=1, seed=0,
+                          draw=round_draw(rnd, keys))  # fmt: skip
     counts = np.zeros(n, np.int64)
     for epoch in range(200):
         sampler.set_epoch(epoch)
@@ -230,14 +239,7 @@ def test_prior_select_sampler_draws_uncertain_prompts():
         table[key] = [40.0, 40.0, 1] if uncertain[i] else ([80.0, 0.01, 1] if i % 2 else [0.01, 80.0, 1])
 
     pools: list[np.ndarray] = []
-
-    def draw(pool, epoch, index):
-        pools.append(pool.copy())
-        prior = rnd.predict(keys[pool], list(keys[pool]))
-        rng = np.random.default_rng([0, 23, epoch, index])
-        alloc = rnd.allocate(lambda ids, counts: np.zeros(int(counts.sum())), n_prompts=len(pool), rng=rng,
-                             prior=prior, keys=keys[pool])  # fmt: skip
-        return pool[alloc.kept]
+    draw = round_draw(rnd, keys, pools)
 
     sampler = PoolSampler(n, batch_size=b, pool_size=4 * b, mini_repeat_count=1, repeat_count=1, seed=0, draw=draw)
     drawn = []
