@@ -321,6 +321,11 @@ def test_unknown_names_list_the_valid_ones(tmp_path):
         config(tmp_path, v05_prior="nope")
     with pytest.raises(ValueError, match="v05_prior='oracle' is a bound .* only v05 train draws"):
         config(tmp_path, v05_prior="oracle")  # never a silent running-mean fallback every step
+    for prior, options in (("probe", None), ("spo", {"start_from": "probe"})):  # the policy is never bound here
+        with pytest.raises(ValueError, match=f"v05_prior='{prior}' .* reads the live policy's hidden states"):
+            config(tmp_path, v05_prior=prior, v05_prior_options=options)
+    started = {"start_from": "history", "rho": "constant"}
+    assert config(tmp_path, v05_prior="spo", v05_prior_options=started).v05_prior_options == started
     with pytest.raises(ValueError, match="no option.*foo; valid: scale, noise, switch"):
         config(tmp_path, v05_estimator_options={"foo": 1})
     with pytest.raises(ValueError, match="fuses a prior"):

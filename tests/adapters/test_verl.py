@@ -446,6 +446,11 @@ def test_prompt_rows_and_config():
             VerlConfig.from_algorithm({"v05": bad})
     with pytest.raises(ValueError, match="'oracle' is a bound .* only v05 train draws"):  # never a silent fallback
         VerlConfig.from_algorithm({"v05": {"provider": "oracle"}})
+    for prior, options in (("probe", {}), ("spo", {"start_from": "probe"})):  # the policy is never bound in verl
+        with pytest.raises(ValueError, match=f"provider='{prior}' .* reads the live policy's hidden states"):
+            VerlConfig.from_algorithm({"v05": {"provider": prior, "provider_options": options}})
+    started = VerlConfig.from_algorithm({"v05": {"provider": "spo", "provider_options": {"start_from": "history"}}})
+    assert started.provider_options == {"start_from": "history"}
 
 
 # -- the v05 trainer mode in verl's own fit loop, on local Ray ---------------------------------------------------

@@ -94,7 +94,7 @@ from v05.adapters.trl_rewards import _guard_rewards, _GuardedReward, _weighted_r
 from v05.adapters.trl_sampler import PoolSampler
 from v05.allocation import Allocation
 from v05.estimators import Estimate
-from v05.priors import PROVIDERS, Calibration, check_provider_options
+from v05.priors import PROVIDERS, Calibration, check_provider_options, provider_spec
 from v05.priors.guard import PriorGuard
 from v05.registry import ALLOCATORS, ESTIMATORS, get_estimator
 from v05.rewards import from_pass_rate
@@ -164,7 +164,8 @@ class V05GRPOConfig(trl.GRPOConfig):
         v05_estimator_options: keyword options of the estimator (e.g. ``{"noise": "plugin"}``); the context options
             (``state``, ``prompt_ids``, ``step``, ``prior``, ``mu``, ``values``) are refused: the adapter fills them.
         v05_prior: a name in ``v05.priors.PROVIDERS`` (default ``running_mean``; ``oracle``, a bound whose extra
-            rollouts of the current policy only ``v05 train`` draws, is refused); required by prior-fusion
+            rollouts of the current policy only ``v05 train`` draws, is refused, and so is ``probe`` or a tracker
+            started from it: the policy's hidden states only ``v05 train`` binds); required by prior-fusion
             estimators (``v05``, ``v05_eb``), ignored by the others.
         v05_prior_options: keyword options of the provider.
         v05_feed_n0: give the provider's pseudo-count n0 to estimators with an ``n0`` option (``v05_eb``) unless
@@ -269,6 +270,10 @@ class V05GRPOConfig(trl.GRPOConfig):
             raise ValueError(f"v05_prior={self.v05_prior!r} is a bound whose extra rollouts of the current "
                              "policy only v05 train draws; use a learned prior (running_mean, history, v0, "
                              "combined)")  # fmt: skip
+        if self.v05_prior is not None and provider_spec(self.v05_prior, self.v05_prior_options).needs_policy:
+            raise ValueError(f"v05_prior={self.v05_prior!r} with {self.v05_prior_options or {}} reads the live "
+                             "policy's hidden states, which only v05 train binds; use a text or key prior "
+                             "(running_mean, history, v0, combined)")  # fmt: skip
         if spec.uses_prior and self.v05_prior is None:
             raise ValueError(
                 f"v05_estimator={self.v05_estimator!r} fuses a prior: set v05_prior to one of {', '.join(PROVIDERS)}"

@@ -33,7 +33,7 @@ from v05._checks import REWARD_RANGES, RewardRange, reward_range_text
 from v05._types import FloatArray, IntArray
 from v05.estimators import Estimate
 from v05.groups import group_index
-from v05.priors import PROVIDERS
+from v05.priors import PROVIDERS, provider_spec
 from v05.registry import CONTEXT_OPTIONS, ESTIMATORS, get_estimator
 from v05.rewards import from_pass_rate, from_pm1
 from v05.round import Prior, Round
@@ -129,6 +129,12 @@ class VerlConfig:
             raise ValueError(
                 f"algorithm.v05.provider={self.provider!r} is a bound whose extra rollouts of the current policy only "
                 "v05 train draws; use a learned prior (running_mean, history, v0, combined)"
+            )
+        if self.provider is not None and provider_spec(self.provider, self.provider_options).needs_policy:
+            raise ValueError(
+                f"algorithm.v05.provider={self.provider!r} with options {dict(self.provider_options)} reads the live "
+                "policy's hidden states, which only v05 train binds; use a text or key prior (running_mean, history, "
+                "v0, combined)"
             )
         if self.allocator not in ("fixed", "osla", *DRAWS):
             raise ValueError(
