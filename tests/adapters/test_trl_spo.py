@@ -113,6 +113,44 @@ def test_spo_advantages_are_the_estimator_on_a_hand_fed_tracker(tmp_path):
     assert any(not torch.equal(b, a.detach()) for b, a in zip(before, model.parameters(), strict=True))
 
 
+def test_spo_tracker_started_from_a_prior_is_the_hand_fed_one(tmp_path):
+    """SPO's tracker started from the running mean (v05_prior_options start_from, issue 42's cold start) in TRL:
+    each step's p̂ is a hand-fed tracker's with the same start, predicted then updated like the adapter's; the
+    prompts first seen in the second batch start from the running mean of the first, not from Beta(½, ½); the
+    saved state carries the start, and the adapter's tracker ends as the hand-fed one."""
+    model, tokenizer, dataset, _, _ = arithmetic_setup()
+    options = {"rho": "constant", "start_from": "running_mean"}
+    args = config(tmp_path, **{**SPO, "v05_prior_options": options}, per_device_train_batch_size=4, max_steps=4)
+    trainer = Recording(
+        model=model, reward_funcs=odd_first_char, args=args, train_dataset=dataset, processing_class=tokenizer
+    )
+    trainer.train()
+
+    tracker = make_provider("spo", **options)
+    group = np.arange(4)
+    firsts = []
+    for t, (batch, _) in enumerate(trainer.scored):
+        ids = list(batch.prompt_ids)
+        p_hat = (tracker.predict(ids, ids).mean + 1.0) / 2.0  # (G,) the start's belief for unseen prompts
+        np.testing.assert_allclose(batch.prior, p_hat, atol=1e-12)
+        if t == 1:
+            firsts.append(p_hat)
+        tracker.update(ids, ids, *group_outcomes(batch.rewards, group, reward_range="01"))
+    alone = make_provider("running_mean")  # the start on its own, told batch 1's outcomes
+    first = trainer.scored[0][0]
+    first_ids = list(first.prompt_ids)
+    alone.update(first_ids, first_ids, *group_outcomes(first.rewards, group, reward_range="01"))
+    ids = list(trainer.scored[1][0].prompt_ids)
+    pred = alone.predict(ids, ids)
+    p0 = (pred.mean + 1.0) / 2.0
+    assert not set(ids) & set(first.prompt_ids)  # batch 2's prompts are new: each starts from the prior
+    np.testing.assert_allclose(firsts[0], (p0 * pred.n0 + 0.5) / (pred.n0 + 1.0), atol=1e-12)  # α₀ = p·n0 + ½
+    assert np.all(np.abs(firsts[0] - 0.5) > 0.05)  # informative: Beta(½, ½) would fail it
+    assert trainer.v05_provider.tracker_ == tracker.tracker_
+    saved, fed = trainer.v05_provider.state_dict()["start"], tracker.start.state_dict()
+    assert {k: v for k, v in saved.items() if k != "step"} == {k: v for k, v in fed.items() if k != "step"}
+
+
 @pytest.mark.parametrize("num_iterations", [1, 2])
 def test_spo_sampler_trains_and_draws_through_the_round(tmp_path, num_iterations):
     """v05_sampler="spo", 2 prompts a generation batch from pools of pool_factor·2 = 4 (2 pools an epoch of the

@@ -217,6 +217,50 @@ def test_spo_trains_in_verls_fit_loop(harness, tmp_path, monkeypatch, allocator)
     assert resumed.v05_provider.state_dict() == trainer.v05_provider.state_dict()
 
 
+def test_spo_tracker_started_from_a_prior_in_verls_fit_loop(harness, tmp_path, monkeypatch):
+    """The launch script's SPO with the tracker started from the running mean
+    (``+algorithm.v05.provider_options.start_from=running_mean``, issue 42's cold start), three steps of verl's fit
+    loop: each step's candidate pool is predicted by a tracker with the same start hand-fed the rewards the actor
+    received (so a prompt first seen after step 1 starts from the running mean, not Beta(½, ½)), the drawn prompts'
+    priors are those values, and the checkpoint restores the start with the tracker."""
+    h, tq = harness
+    from v05.priors import group_outcomes, make_provider
+
+    overrides = [*spo_overrides(h, tmp_path), "+algorithm.v05.provider_options.start_from=running_mean"]
+    skewed = np.array([0.95, 0.9, 0.98, 0.2] * 4)  # the running mean moves off 0.5
+    trainer, worker = h.build_trainer(h.verl_config(*overrides), tq, skewed)
+    allocations = []
+    real_allocate = trainer.v05_round.allocate
+
+    def spy(sample, **kw):
+        allocations.append((list(kw["keys"]), kw["prior"].pass_rate))
+        return real_allocate(sample, **kw)
+
+    monkeypatch.setattr(trainer.v05_round, "allocate", spy)
+    trainer.fit(h.AgentLoopManager(worker))
+
+    hand = make_provider("spo", **trainer.v05_config.provider_options)
+    assert hand.start is not None
+    started_off_half = 0
+    for (pool_keys, pool_p), update in zip(allocations, trainer.actor_rollout_wg.updates, strict=True):
+        unseen = [k not in hand.tracker_.get("default", {}) for k in pool_keys]
+        expected = (hand.predict(pool_keys, pool_keys).mean + 1.0) / 2.0
+        np.testing.assert_allclose(pool_p, expected, atol=1e-12)
+        started_off_half += int(np.sum(np.abs(expected[unseen] - 0.5) > 1e-6))
+        real = np.array([not u.startswith("pad") for u in update["uid"]])
+        infos = [update["extra_info"][i] for i in np.flatnonzero(real)]
+        keys = [info["v05_key"] for info in infos]
+        np.testing.assert_allclose([info["v05_prior"] for info in infos],
+                                   [expected[pool_keys.index(k)] for k in keys], atol=1e-12)  # fmt: skip
+        hand.update(keys, keys, *group_outcomes(update["reward"][real], np.arange(len(keys)), reward_range="pm1"))
+    assert started_off_half > 0, "no prompt started from the running mean"
+    saved = json.loads((tmp_path / "global_step_3" / "v05_state.json").read_text())
+    assert saved["provider"]["start"] is not None
+    resumed, _ = h.build_trainer(h.verl_config(*overrides), tq, skewed)
+    resumed._load_checkpoint()
+    assert resumed.v05_provider.state_dict() == trainer.v05_provider.state_dict()
+
+
 def test_spo_settings_verl_cannot_honour_are_refused(harness, tmp_path):
     """Before verl builds anything, in one line each: the tracker's ρ from the policy's drift (``rho="kl"``, the
     provider's default: its spec's ``needs_drift``), the offline init, ``k`` unequal to ``rollout.n``, a candidate
