@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from tests.grid._grids import CONTRACT, fake_run, task_of
+from v05.grid.compute import prior_compute_frac
 from v05.grid.render import ran_text
 from v05.grid.results import (
     attribution_results,
@@ -146,6 +147,24 @@ def test_an_offline_init_is_reported_and_on_the_rollout_axis_of_the_ratios():
     res = task_of({"grpo4": ref, "spo_offline": init})["methods"]
     assert (res["spo_offline"]["init_rollouts"], res["grpo4"]["init_rollouts"]) == (400.0, 0.0)
     assert res["spo_offline"]["rollout_ratio"] == pytest.approx(0.9)
+    assert res["spo_offline"]["rollouts_to_reference_final"] == pytest.approx(900.0)  # the init included
+    assert res["grpo4"]["rollouts_to_reference_final"] == pytest.approx(1000.0)
     ran = {"ran": {"prompts_per_step": 64}, "rollouts_per_prompt": 1.0}
     assert ran_text({**ran, "init_rollouts": 16000.0}, False) == "1 × 64 after an init of 16,000 rollouts (counted)"
     assert ran_text({**ran, "init_rollouts": 0.0}, False) == "1 × 64"
+
+
+def test_the_priors_share_of_the_compute_by_hand():
+    """prior_compute_frac: (the encoder over the pool before step 1 + the encoder and the probe at each step) ÷ the
+    run's compute_total: (1,000 + 2 × 50 + 2 × 200) / 10,000 = 0.15 (0.05 without the step-0 encoder, 0.11 without
+    the probe); 0 for a run with no prior work, None without compute."""
+    ref = [fake_run("grpo4", s, [(0, 0.2), (500, 0.4), (1000, 0.6)]) for s in (0, 1)]
+    comb = [fake_run("comb", s, [(0, 0.2), (500, 0.6), (1000, 0.6)]) for s in (0, 1)]
+    for run in comb:
+        run.metrics[0]["encoder_compute"] = 1000
+        for row in run.metrics[1:]:
+            row.update({"compute/encoder": 50, "compute/probe": 200})
+    res = task_of({"grpo4": ref, "comb": comb})["methods"]
+    assert res["comb"]["prior_compute_frac"] == pytest.approx(0.15)
+    assert res["grpo4"]["prior_compute_frac"] == 0.0
+    assert prior_compute_frac([]) is None

@@ -6,7 +6,16 @@ import pytest
 
 from tests.grid._grids import fake_run, task_of
 from v05.grid.results import attribution_results
-from v05.grid.selection import add_selection_fields, headroom_markdown, headroom_rows, plot_headroom, pool_pass_rate_var
+from v05.grid.selection import (
+    OFFLINE_N,
+    add_selection_fields,
+    cold_start_markdown,
+    cold_start_rows,
+    headroom_markdown,
+    headroom_rows,
+    plot_headroom,
+    pool_pass_rate_var,
+)
 from v05.grid.spec import Attribution, AttributionRow
 
 ROW = AttributionRow(factor="o", method="sel_oracle", versus="uniform_rm")
@@ -34,6 +43,7 @@ def test_the_selection_fields_by_hand():
     head = attribution_results(SPEC, groups)["headroom"]
     out = add_selection_fields(task, head, groups["sel_oracle"])
     assert out["pass_rate_var"] == pytest.approx(0.04)
+    assert out["pool_size"] is None  # the oracle's runs logged no pool_size
     assert out["oracle_selection_headroom"] == pytest.approx(head["oracle_diff"]) and head["oracle_diff"] > 0
     assert out["oracle_selection_headroom_ci95"] == head["oracle_ci95"]
     m = out["methods"]
@@ -76,3 +86,31 @@ def test_the_headroom_section_and_figure(tmp_path):
     out = plot_headroom(rows, tmp_path / "h.png")
     assert out == tmp_path / "h.png" and out.stat().st_size > 1000
     assert headroom_markdown([], None) == []
+
+
+def test_the_cold_start_rows_by_hand():
+    """On a fresh pool: every method but the oracle with its counted init and its rollouts to the reference's final;
+    with no offline init run there, the row of what SPO's would cost: 8 × 40,000 = 320,000 rollouts before step 1,
+    ≥ 320,000 / 30,000 = 10.7× the reference's rollouts to its own final and 8.3× the 38,400 budget. A revisited pool
+    gets no rows; a fresh pool where an init ran gets no hypothetical row."""
+    groups = _groups("prior_select")
+    for run in groups["sel_oracle"]:
+        run.metrics[0]["pool_size"] = 40000
+    fresh = add_selection_fields(task_of(groups, control="uniform_rm"), attribution_results(SPEC, groups)["headroom"],
+                                 groups["sel_oracle"])  # fmt: skip
+    assert fresh["pool_size"] == 40000
+    fresh |= {"pool": "fresh", "budget_rollouts": 38400}
+    fresh["methods"]["grpo4"]["rollouts_to_reference_final"] = 30000.0
+    revisited = {**fresh, "pool": "revisited"}
+    results = {"tasks": {"f": fresh, "r": revisited}, "attribution": {"f": {"headroom": {"oracle": "sel_oracle"}}}}
+    rows = cold_start_rows(results)
+    assert OFFLINE_N == 8
+    assert [(r["task"], r["method"]) for r in rows] == [("f", "grpo4"), ("f", "uniform_rm"), ("f", "offline_init")]
+    off = rows[-1]
+    assert off["init"] == 320000.0 and off["ratio"] == pytest.approx(320000 / 30000) and not off["run"]
+    text = "\n".join(cold_start_markdown(rows))
+    assert "| f | `offline_init` | 320,000 (8.3× the budget) | ≥ 320,000 (not run) | ≥ 10.7× |" in text
+    assert "| f | `grpo4` | 0 | 30,000 | 1.00× |" in text
+    fresh["methods"]["uniform_rm"]["init_rollouts"] = 4000.0
+    assert "offline_init" not in [r["method"] for r in cold_start_rows(results)]
+    assert cold_start_markdown([]) == []

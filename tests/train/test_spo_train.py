@@ -73,6 +73,7 @@ def test_the_offline_init_is_counted_and_starts_the_tracker(tmp_path, tiny_overr
     train(load_config(None, over), tmp_path / "run")
     rows = rows_of(tmp_path / "run")
     assert rows[0]["step"] == 0 and rows[0]["init_rollouts"] == 4 * 50 == rows[0]["rollouts_total"]
+    assert rows[0]["pool_size"] == 50  # the pool an init would cost offline_n × pool_size for (cold-start report)
     assert rows[0]["compute_total"] > 0
     assert rows[1]["rollouts_total"] == 200 + rows[1]["rollouts_step"]
     assert all(r["init_rollouts"] == 200 for r in rows)

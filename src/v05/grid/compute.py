@@ -82,6 +82,25 @@ def init_rollouts(runs: Sequence[Run]) -> float:
     return float(np.mean([r.last(INIT_KEY) or 0.0 for r in runs])) if runs else 0.0
 
 
+def prior_compute_frac(runs: Sequence[Run]) -> float | None:
+    """The prior's share of this trainer's compute over the whole run, the seeds' mean (None without compute logged).
+
+    A text prior's encoder over the pool before step 1 (``encoder_compute``) and during the steps
+    (``compute/encoder``), and the probe's features and fits (``compute/probe``), ÷ the run's ``compute_total``:
+    what reading the prior cost (0 for a tracker or a running mean; the oracle's extra rollouts are not counted).
+    """
+    fracs = []
+    for r in runs:
+        total = r.last(COMPUTE_KEY)
+        if not total:
+            continue
+        spent = (r.last("encoder_compute") or 0.0) + sum(
+            float(np.sum(r.series(key)[1])) for key in ("compute/encoder", "compute/probe") if r.has(key)
+        )
+        fracs.append(spent / total)
+    return float(np.mean(fracs)) if fracs else None
+
+
 def recount_kind(runs: Sequence[Run]) -> str | None:
     """How the runs' user compute was had: the least exact of their :func:`user_compute_series` kinds."""
     kinds = {s[2] for s in (user_compute_series(r) for r in runs) if s is not None}
@@ -92,6 +111,7 @@ __all__ = [
     "compute_at",
     "compute_per_rollout",
     "init_rollouts",
+    "prior_compute_frac",
     "recount_kind",
     "user_compute_at",
     "user_compute_series",

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from v05.grid.cells import Cell
-from v05.grid.selection import headroom_markdown, headroom_rows
+from v05.grid.selection import cold_start_markdown, cold_start_rows, headroom_markdown, headroom_rows
 from v05.grid.spec import Grid
 from v05.grid.store import is_finished
 from v05.grid.tuning import RECOMMEND_RULE
@@ -502,6 +502,7 @@ def results_markdown(grid: Grid, results: dict[str, Any], meta: dict[str, Any], 
             *tuning_markdown(grid, t.get("tuning")),
         ]
     lines += headroom_markdown(headroom_rows(results), figure)
+    lines += cold_start_markdown(cold_start_rows(results))
     for name, pending in results.get("pending", {}).items():
         lines += [f"## {name}: the comparison has not run yet", "", *tuning_markdown(grid, pending.get("tuning"))]
     if grid.tuning is not None and grid.tuning.recommend:

@@ -14,7 +14,7 @@ the warm start and the prompt order, so runs of one seed are paired):
   update, prefill shared within a group; :mod:`v05.train.compute`), logged by cells run since it was, recounted for
   older ones (:func:`user_compute_series`; ``compute_user_recount`` says which). None: never reached;
 - ``init_rollouts``: rollouts a method spent before step 1 (SPO's offline init; the seeds' mean; 0 for none), already
-  on the rollout and compute axes of every ratio above;
+  on every ratio's axes; ``rollouts_to_reference_final`` the crossing itself, ``prior_compute_frac`` the prior's cost;
 - ``grad_norm_mean`` (each seed's mean over steps), ``grad_norm_sd`` (its std over steps), ``entropy_final``.
 
 A method restricted to some task settings (``tasks:``) is simply absent from the others' results, and an
@@ -33,8 +33,8 @@ from typing import Any
 
 import numpy as np
 
+from v05.grid import compute as gc
 from v05.grid.cells import Cell
-from v05.grid.compute import compute_at, compute_per_rollout, init_rollouts, recount_kind, user_compute_at
 from v05.grid.ran import ran, warm_start_record
 from v05.grid.selection import add_selection_fields
 from v05.grid.spec import Attribution, Grid, GridMethod, GridTask
@@ -157,8 +157,8 @@ def task_results(
         _, m_final, m_threshold = gain_targets(pair_ref)
         m_tail = tail_target(pair_ref)
         m_reach, m_reach90 = mean_curve_crossing(pair_ref, m_final), mean_curve_crossing(pair_ref, m_threshold)
-        m_compute = None if m_reach is None else compute_at(pair_ref, m_reach)
-        m_compute90 = None if m_reach90 is None else compute_at(pair_ref, m_reach90)
+        m_compute = None if m_reach is None else gc.compute_at(pair_ref, m_reach)
+        m_compute90 = None if m_reach90 is None else gc.compute_at(pair_ref, m_reach90)
         reach, reach90 = mean_curve_crossing(pair_runs, m_final), mean_curve_crossing(pair_runs, m_threshold)
         paired = paired_difference(runs, ref_runs)
         grad_sd = [float(np.std(v)) for v in (r.series("grad_norm")[1] for r in runs) if v.size > 1]
@@ -191,17 +191,19 @@ def task_results(
             "rollout_ratio_gain90": crossing_ratio(reach90, m_reach90),
             "rollout_ratio_gain90_ci95": boot["ci95"],
             "rollout_ratio_gain90_never_frac": boot["never_frac"],
-            "compute_ratio": crossing_ratio(None if reach is None else compute_at(pair_runs, reach), m_compute),
+            "compute_ratio": crossing_ratio(None if reach is None else gc.compute_at(pair_runs, reach), m_compute),
             "compute_ratio_user": crossing_ratio(
-                None if reach is None else user_compute_at(pair_runs, reach),
-                None if m_reach is None else user_compute_at(pair_ref, m_reach),
+                None if reach is None else gc.user_compute_at(pair_runs, reach),
+                None if m_reach is None else gc.user_compute_at(pair_ref, m_reach),
             ),
-            "compute_user_recount": recount_kind(runs),
+            "compute_user_recount": gc.recount_kind(runs),
             "compute_ratio_gain90": crossing_ratio(
-                None if reach90 is None else compute_at(pair_runs, reach90), m_compute90
+                None if reach90 is None else gc.compute_at(pair_runs, reach90), m_compute90
             ),
-            "compute_per_rollout": compute_per_rollout(runs),
-            "init_rollouts": init_rollouts(runs),
+            "compute_per_rollout": gc.compute_per_rollout(runs),
+            "init_rollouts": gc.init_rollouts(runs),
+            "rollouts_to_reference_final": reach,  # absolute, init included; None: never reached
+            "prior_compute_frac": gc.prior_compute_frac(runs),
             "grad_norm_mean": seed_mean(runs, "grad_norm"),
             "grad_norm_sd": mean_se(grad_sd)[0],
             "entropy_final": mean_se([v for v in (r.last("entropy") for r in runs) if v is not None])[0],
@@ -385,7 +387,6 @@ __all__ = [
     "TAIL_FRACTION",
     "V05_ESTIMATORS",
     "attribution_results",
-    "compute_at",
     "gain90_bootstrap",
     "gain_targets",
     "matrix_results",

@@ -10,6 +10,9 @@ Per task setting, beside ``pool``:
   (uniform k = 1 with the running mean), paired over the run and the seeds, as fractions, with its 95 % t-interval
   (the attribution's ``headroom``).
 
+- ``pool_size``: the train pool's prompts (the oracle cells' step-0 row), what SPO's offline init pays
+  ``offline_n`` rollouts each for: the cold start's cost where that init was not run (:func:`cold_start_rows`).
+
 Per method: ``vs_uniform_diff`` and ``vs_uniform_ci95`` (its paired difference to ``control``, the fields
 ``vs_running_mean_*`` of every grid under the name the selection grid's contract gives them) and ``tuned`` (compared
 at its best tuning setting, not at its config as it is).
@@ -18,17 +21,23 @@ at its best tuning setting, not at its config as it is).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from v05.priors.spo import SpoProvider
 from v05.registry import ALLOCATORS
 from v05.report.plots import pyplot
 from v05.report.runs import Run
 
 POOL_VAR_KEY = "pool_prior_var"
 """The metric each step logs: the variance of the prior's pass rates over the step's whole candidate pool."""
+POOL_SIZE_KEY = "pool_size"
+"""The step-0 row's count of the train pool's prompts (what an offline init draws ``offline_n`` rollouts for)."""
+OFFLINE_N = next(f.default for f in fields(SpoProvider) if f.name == "offline_n")
+"""SPO's offline init per pool prompt (the recipe's 8; the provider's default, the spo-offline config's)."""
 
 
 def pool_pass_rate_var(runs: Sequence[Run]) -> float | None:
@@ -55,6 +64,8 @@ def add_selection_fields(
     if not selects(oracle_runs):
         return task
     task["pass_rate_var"] = pool_pass_rate_var(oracle_runs)
+    sizes = [v for v in (r.last(POOL_SIZE_KEY) for r in oracle_runs) if v]
+    task["pool_size"] = int(max(sizes)) if sizes else None
     task["oracle_selection_headroom"] = None if headroom is None else headroom["oracle_diff"]
     task["oracle_selection_headroom_ci95"] = None if headroom is None else headroom["oracle_ci95"]
     for entry in task["methods"].values():
@@ -82,6 +93,72 @@ def headroom_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
             "best_ci95": head.get("best_learned_ci95"),
         })  # fmt: skip
     return rows
+
+
+def cold_start_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The cold start on the fresh pools (issue 42): what each method paid to reach the reference's final.
+
+    Per task setting whose pool is ``fresh`` (each prompt seen about once: a tracker has nothing to learn from) and
+    per method but the oracle (a bound): its rollouts before step 1 (``init_rollouts``, counted), its seed-mean
+    curve's rollouts to the reference's final with them (``rollouts_to_reference_final``; None: not reached), the
+    ratio to the reference's own, the user's compute ratio and the prior's share of the compute. Where no method
+    ran an offline init, a row ``offline_init`` gives what SPO's would cost there: ``OFFLINE_N`` × ``pool_size``
+    rollouts before step 1, a lower bound on its rollouts to the final (None until ``pool_size`` is known).
+    """
+    rows = []
+    for name, task in results["tasks"].items():
+        if task.get("pool") != "fresh" or "oracle_selection_headroom" not in task:
+            continue
+        head = (results.get("attribution", {}).get(name) or {}).get("headroom") or {}
+        ref = task["methods"].get(task.get("reference"), {}).get("rollouts_to_reference_final")
+        budget = task.get("budget_rollouts")
+        for method, m in task["methods"].items():
+            if method == head.get("oracle"):
+                continue
+            rows.append({"task": name, "method": method, "init": m.get("init_rollouts") or 0.0,
+                         "reach": m.get("rollouts_to_reference_final"), "ratio": m.get("rollout_ratio"),
+                         "compute_user": m.get("compute_ratio_user"), "prior_compute": m.get("prior_compute_frac"),
+                         "budget": budget, "run": True})  # fmt: skip
+        if not any(m.get("init_rollouts") for m in task["methods"].values()):
+            size = task.get("pool_size")
+            init = None if size is None else float(OFFLINE_N * size)
+            rows.append({"task": name, "method": "offline_init", "init": init, "reach": None,
+                         "ratio": None if init is None or not ref else init / ref, "compute_user": None,
+                         "prior_compute": None, "budget": budget, "run": False})  # fmt: skip
+    return rows
+
+
+def cold_start_markdown(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """The results page's cold-start section from :func:`cold_start_rows`."""
+    if not rows:
+        return []
+    lines = [
+        "## Cold start: a fresh pool, nothing seen",
+        "",
+        "Each prompt of a fresh pool is seen about once in the budget, so a tracker of its own outcomes has nothing "
+        "to reuse; SPO's recipe starts it from offline rollouts of every pool prompt instead, a prior from zero "
+        "rollouts (its cost is compute: the encoder's or the probe's share below). Rollouts to the reference's final "
+        "on the seed-mean curve, the init included; `offline_init`: what SPO's offline init "
+        f"({OFFLINE_N} rollouts a pool prompt) would cost before its first step, not run (a lower bound).",
+        "",
+        "| task setting | method | init rollouts (counted) | rollouts to the reference's final | ÷ the reference's "
+        "| compute ÷ ref (TRL/verl user) | the prior's share of the compute |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        init = "pending" if r["init"] is None else f"{r['init']:,.0f}"
+        if r["run"]:
+            reach = f"{r['reach']:,.0f}" if r["reach"] is not None else f"not reached in {r['budget']:,}"
+            ratio = "—" if r["ratio"] is None else f"{r['ratio']:.2f}×"
+        else:
+            reach = "pending" if r["init"] is None else f"≥ {r['init']:,.0f} (not run)"
+            ratio = "pending" if r["ratio"] is None else f"≥ {r['ratio']:.1f}×"
+            if r["init"] is not None and r["budget"]:
+                init += f" ({r['init'] / r['budget']:.1f}× the budget)"
+        user = "—" if r["compute_user"] is None else f"{r['compute_user']:.2f}×"
+        share = "—" if r["prior_compute"] is None else f"{100 * r['prior_compute']:.1f} %"
+        lines.append(f"| {r['task']} | `{r['method']}` | {init} | {reach} | {ratio} | {user} | {share} |")
+    return [*lines, ""]
 
 
 def _points(value: float | None, ci: Sequence[float] | None) -> str:
@@ -148,8 +225,12 @@ def plot_headroom(rows: Sequence[dict[str, Any]], path: str | Path) -> Path | No
 
 
 __all__ = [
+    "OFFLINE_N",
+    "POOL_SIZE_KEY",
     "POOL_VAR_KEY",
     "add_selection_fields",
+    "cold_start_markdown",
+    "cold_start_rows",
     "headroom_markdown",
     "headroom_rows",
     "plot_headroom",

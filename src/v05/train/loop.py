@@ -252,6 +252,7 @@ def train(
         if c.step == 0 and cfg.eval.at_start and not run.resumed:
             row = {"step": 0, "rollouts_total": c.rollouts_total, "tokens_total": c.tokens_total,
                    "compute_total": c.compute_total, "train_pass_rate": float("nan"), "wall_time": 0.0,
+                   "pool_size": len(run.keys),  # the train pool's prompts (what an offline init would draw for)
                    **c.compute_totals(), **_init_fields(run), **_evaluate(run)}  # fmt: skip
             run.write(row)
         while not _done(cfg.train, c):
