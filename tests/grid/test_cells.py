@@ -86,6 +86,7 @@ def test_the_selection_grid_resolves(tmp_path):
     assert not set(grid.seeds) & used and grid.tuning.seed not in {*grid.seeds, *used}
     assert set(grid.tuning.methods) == {m.name for m in grid.methods}
     assert "sel_oracle" not in grid.tuning.recommend and set(grid.tuning.recommend) <= set(grid.tuning.methods)
+    assert set(dict(grid.tuning.picks)["selector"]) == set(grid.attribution.learned)  # the picked learned selector
     assert grid.tuning.split == "validation"
     tune = tuning_cells(grid, tmp_path)
     choices = {(t.name, m.name): "default" for t in grid.tasks for m in grid.methods}

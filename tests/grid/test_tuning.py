@@ -8,12 +8,19 @@ import numpy as np
 import pytest
 import yaml
 
-from tests.grid._grids import REPO, finish, tuning_grid
+from tests.grid._grids import REPO, finish, tuning_grid, write_grid
 from v05.grid.cells import grid_cells, tuning_cells
 from v05.grid.results import matrix_results
 from v05.grid.run import bench_matrix
 from v05.grid.spec import load_grid
-from v05.grid.tuning import choose_settings, recommendation, recommended_config, recommended_yaml, tuning_score
+from v05.grid.tuning import (
+    choose_settings,
+    picks,
+    recommendation,
+    recommended_config,
+    recommended_yaml,
+    tuning_score,
+)
 from v05.train.config import load_config
 from v05.train.warmstart import warm_start_dir
 
@@ -54,6 +61,32 @@ def test_choose_settings_by_hand(tmp_path, tiny_grid):
     assert load_config(str(tmp_path / "r.yaml")) == cfg
 
 
+def test_a_named_pick_is_the_rule_among_its_own_candidates(tmp_path, tiny_grid):
+    """tuning.picks: each named pick applies the recommendation's rule to its own candidates only (the selection
+    grid's ``selector`` among the learned selectors): grpo4 scores best overall and is the recommendation, the pick
+    ``other`` among [rloo] is rloo at its best setting; None until its candidates' sweep is done; a pick naming an
+    untuned method, or none, is refused when the grid loads."""
+    path = tuning_grid(tmp_path, tiny_grid)
+    body = yaml.safe_load(path.read_text())
+    body["tuning"] |= {"methods": ["grpo4", "rloo"], "picks": {"other": ["rloo"]}}
+    grid = load_grid(write_grid(path, body))
+    assert grid.tuning.picks == (("other", ("rloo",)),)
+    cells = tuning_cells(grid, tmp_path / "mx")
+    by = {(c.method.name, c.setting): c for c in cells}
+    for (method, setting), mean in {("grpo4", "default"): 0.8, ("grpo4", "lr-high"): 0.7, ("grpo4", "half"): 0.6,
+                                    ("rloo", "default"): 0.3, ("rloo", "lr-high"): 0.5}.items():  # fmt: skip
+        finish(by[(method, setting)], [0.0, mean, mean])
+    assert picks(grid, cells) == {"other": None}  # rloo@half has not finished
+    finish(by[("rloo", "half")], [0.0, 0.4, 0.4])
+    got = picks(grid, cells)["other"]
+    assert (got["method"], got["setting"], got["score_mean"]) == ("rloo", "lr-high", pytest.approx(0.5))
+    assert recommendation(grid, cells)["method"] == "grpo4"
+    for bad in ({"other": ["nope"]}, {"other": []}, ["rloo"]):
+        body["tuning"]["picks"] = bad
+        with pytest.raises(ValueError, match="tuning.picks"):
+            load_grid(write_grid(path, body))
+
+
 def _fmt_score(value: float) -> str:
     return format(value, ".3f")
 
@@ -64,6 +97,9 @@ def test_bench_matrix_tunes_then_compares_at_the_chosen_setting(tmp_path, tiny_g
     from v05.report.runs import load_run  # noqa: PLC0415
 
     grid_file = tuning_grid(tmp_path, tiny_grid)
+    body = yaml.safe_load(grid_file.read_text())
+    body["tuning"]["picks"] = {"mine": ["grpo4"]}
+    grid_file = write_grid(grid_file, body)
     out, doc = tmp_path / "mx", tmp_path / "results.md"
     res = bench_matrix(grid_file, out, progress=False, doc=doc, recommended=tmp_path / "rec.yaml")
     assert res["failures"] == {}
@@ -82,6 +118,8 @@ def test_bench_matrix_tunes_then_compares_at_the_chosen_setting(tmp_path, tiny_g
     assert "Equal tuning budget (seed 7" in doc.read_text() and f"**{_fmt_score(scores[best])}" in doc.read_text()
     assert res["results"]["recommended"]["method"] == "grpo4" and res["results"]["recommended"]["setting"] == best
     assert f"Pick: `grpo4` at `{best}`" in doc.read_text()
+    assert res["results"]["picks"]["mine"] == res["results"]["recommended"]  # the same rule, the same candidates
+    assert "## The pick `mine`" in doc.read_text() and doc.read_text().count(f"Pick: `grpo4` at `{best}`") == 2
 
 
 def test_packaged_recommended_config_is_the_evidence_grids_pick():

@@ -533,6 +533,13 @@ def results_markdown(grid: Grid, results: dict[str, Any], meta: dict[str, Any], 
             ),
             "",
         ]
+    for pick_name, candidates in grid.tuning.picks if grid.tuning is not None else ():
+        pick = (results.get("picks") or {}).get(pick_name)
+        lines += [f"## The pick `{pick_name}`", "", f"Rule, fixed before the comparison's seeds ran: among "
+                  f"{', '.join(f'`{m}`' for m in candidates)}, {RECOMMEND_RULE}.", "",
+                  "Pending: the tuning sweep has not finished." if pick is None else
+                  f"Pick: `{pick['method']}` at `{pick['setting']}` (mean tuning score {pick['score_mean']:.3f}; "
+                  + ", ".join(f"{t} {v:.3f}" for t, v in pick["scores"].items()) + ").", ""]  # fmt: skip
     lines += ["## The paper's claims against the matrix", ""]
     for c in claims(results):
         lines += [f"- {c}", ""]

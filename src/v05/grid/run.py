@@ -38,7 +38,7 @@ from v05.grid.store import (
     store_cell,
     verify_stored,
 )
-from v05.grid.tuning import choose_settings, recommendation, recommended_yaml
+from v05.grid.tuning import choose_settings, picks, recommendation, recommended_yaml
 from v05.train.config import TrainConfig
 from v05.train.loop import train
 from v05.train.policy import set_cpu_threads
@@ -228,6 +228,7 @@ def bench_matrix(
     run(cells)
     results = matrix_results(grid, cells, tune, store=kept)
     results["recommended"] = recommendation(grid, tune)
+    results["picks"] = picks(grid, tune)  # the grid's other named picks by the same rule (the selection grid's)
     meta = run_meta(command or f"v05 bench matrix {grid_path}", [*tune, *cells], time.monotonic() - start)
     meta["tuning_pending"] = sorted(f"{t}/{m}" for (t, m), v in choices.items() if v is None)
     meta["tasks_left_out"] = left_out  # the grid's task settings that --tasks left out of this report

@@ -89,6 +89,8 @@ class Tuning:
     rule: str = "mean_eval"
     recommend: tuple[str, ...] = ()
     """candidates for the recommended configuration (tuned methods): :func:`recommendation` picks one."""
+    picks: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    """other named picks by the same rule, each among its own candidates (the selection grid's ``selector``)."""
     split: str = "validation"
     """the split the tuning runs evaluate and are scored on (``eval.split``): ``validation`` (model selection, so
     the eval split judges only the comparison seeds); ``eval`` only reproduces the grids tuned before it existed."""
@@ -257,9 +259,10 @@ def load_grid(path: str | Path) -> Grid:
         raise ValueError(f"{path}: quick.methods must list methods of the grid, got {quick_methods!r}")
     seeds_main = seeds(data.get("seeds", [0, 1, 2]), "seeds")
     tuning = _load_tuning(data.get("tuning"), path, names, seeds_main, strings)
-    partial = sorted({m.name for m in methods if m.tasks} & set(tuning.recommend if tuning is not None else ()))
-    if partial:  # the recommendation averages a candidate's tuning scores over every task setting
-        raise ValueError(f"{path}: tuning.recommend candidate(s) {', '.join(partial)} must run on every task "
+    picked = () if tuning is None else (*tuning.recommend, *(m for _, c in tuning.picks for m in c))
+    partial = sorted({m.name for m in methods if m.tasks} & set(picked))
+    if partial:  # a pick averages a candidate's tuning scores over every task setting
+        raise ValueError(f"{path}: tuning.recommend/picks candidate(s) {', '.join(partial)} must run on every task "
                          "setting (no tasks:)")  # fmt: skip
     return Grid(
         name=str(data.get("name") or path.stem),
@@ -330,8 +333,8 @@ def _load_tuning(raw: object, path: Path, methods: list[str], seeds: tuple[int, 
     """The grid's ``tuning:`` entry (see :class:`Tuning`); None when absent."""
     if raw is None:
         return None
-    if not isinstance(raw, dict) or set(raw) - {"seed", "methods", "settings", "rule", "recommend", "split"}:
-        raise ValueError(f"{path}: tuning takes seed, methods, settings, rule, recommend and split, got {raw!r}")
+    if not isinstance(raw, dict) or set(raw) - {"seed", "methods", "settings", "rule", "recommend", "picks", "split"}:
+        raise ValueError(f"{path}: tuning takes seed, methods, settings, rule, recommend, picks and split, got {raw!r}")
     split = raw.get("split", "validation")
     if split not in EVAL_SPLITS:
         raise ValueError(f"{path}: tuning.split must be one of {', '.join(EVAL_SPLITS)}, got {split!r}")
@@ -359,12 +362,14 @@ def _load_tuning(raw: object, path: Path, methods: list[str], seeds: tuple[int, 
             raise ValueError(f"{path}: tuning setting {name!r} batch_scale must lie in (0, 16], got {scale!r}")
         settings.append(GridSetting(name=_name(name, path), overrides=strings(spec.get("overrides"),
                                     f"tuning.settings.{name}.overrides"), batch_scale=float(scale)))  # fmt: skip
-    recommend = raw.get("recommend", [])
-    if not isinstance(recommend, list) or set(recommend) - set(tuned):
-        raise ValueError(f"{path}: tuning.recommend must list tuned methods, got {recommend!r}")
-    return Tuning(
-        seed=seed, methods=tuple(tuned), settings=tuple(settings), rule=rule, recommend=tuple(recommend), split=split
-    )
+    recommend, picks = raw.get("recommend", []), raw.get("picks", {})
+    if not isinstance(picks, dict) or any(not isinstance(v, list) or not v for v in picks.values()):
+        raise ValueError(f"{path}: tuning.picks must map a pick's name to a list of tuned methods, got {picks!r}")
+    for key, candidates in (("recommend", recommend), *((f"picks.{n}", v) for n, v in picks.items())):
+        if not isinstance(candidates, list) or set(candidates) - set(tuned):
+            raise ValueError(f"{path}: tuning.{key} must list tuned methods, got {candidates!r}")
+    return Tuning(seed=seed, methods=tuple(tuned), settings=tuple(settings), rule=rule, recommend=tuple(recommend),
+                  picks=tuple((_name(n, path), tuple(v)) for n, v in picks.items()), split=split)  # fmt: skip
 
 
 def _name(name: object, path: Path) -> str:

@@ -45,16 +45,21 @@ RECOMMEND_RULE = (
 )
 
 
-def recommendation(grid: Grid, cells: Sequence[Cell]) -> dict[str, Any] | None:
-    """The recommended (method, setting) among ``tuning.recommend``, by :data:`RECOMMEND_RULE`.
+def recommendation(
+    grid: Grid, cells: Sequence[Cell], candidates: Sequence[str] | None = None
+) -> dict[str, Any] | None:
+    """The recommended (method, setting) among ``candidates`` (default ``tuning.recommend``), by :data:`RECOMMEND_RULE`.
 
     None until every candidate's sweep has finished on every task setting (or without candidates).
     """
-    if grid.tuning is None or not grid.tuning.recommend:
+    if grid.tuning is None:
+        return None
+    candidates = grid.tuning.recommend if candidates is None else tuple(candidates)
+    if not candidates:
         return None
     scores: dict[tuple[str, str], dict[str, float]] = {}
     for cell in cells:
-        if cell.method.name not in grid.tuning.recommend:
+        if cell.method.name not in candidates:
             continue
         if not is_finished(cell):
             return None
@@ -63,13 +68,18 @@ def recommendation(grid: Grid, cells: Sequence[Cell]) -> dict[str, Any] | None:
             return None
         scores.setdefault((cell.method.name, cell.setting or "default"), {})[cell.task.name] = score
     order = {(m, s.name): i for i, (m, s) in enumerate(
-        (m, s) for m in grid.tuning.recommend for s in grid.tuning.settings)}  # fmt: skip
+        (m, s) for m in candidates for s in grid.tuning.settings)}  # fmt: skip
     full = {k: v for k, v in scores.items() if len(v) == len(grid.tasks)}
     if len(full) < len(order):
         return None
     best = max(full, key=lambda k: (float(np.mean(list(full[k].values()))), -order[k]))
     return {"method": best[0], "setting": best[1], "score_mean": float(np.mean(list(full[best].values()))),
             "scores": full[best], "rule": RECOMMEND_RULE}  # fmt: skip
+
+
+def picks(grid: Grid, cells: Sequence[Cell]) -> dict[str, dict[str, Any] | None]:
+    """Each of ``tuning.picks`` by :data:`RECOMMEND_RULE` among its own candidates (None until its sweep is done)."""
+    return {} if grid.tuning is None else {n: recommendation(grid, cells, c) for n, c in grid.tuning.picks}
 
 
 RECOMMENDED_NAME = "v05_recommended"
@@ -172,6 +182,7 @@ __all__ = [
     "RECOMMENDED_NAME",
     "RECOMMEND_RULE",
     "choose_settings",
+    "picks",
     "recommendation",
     "recommended_config",
     "recommended_yaml",
