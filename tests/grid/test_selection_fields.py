@@ -13,6 +13,9 @@ from v05.grid.selection import (
     cold_start_rows,
     headroom_markdown,
     headroom_rows,
+    lead_markdown,
+    lead_rows,
+    picked_selector,
     plot_headroom,
     pool_pass_rate_var,
 )
@@ -114,3 +117,39 @@ def test_the_cold_start_rows_by_hand():
     fresh["methods"]["uniform_rm"]["init_rollouts"] = 4000.0
     assert "offline_init" not in [r["method"] for r in cold_start_rows(results)]
     assert cold_start_markdown([]) == []
+
+
+def test_the_lead_table_by_hand():
+    """Per setting: uniform − GRPO, the bound, the pick − uniform with its share of the bound (+1.6 of +3.2: 50 %),
+    SPO − uniform, the pick − SPO from the attribution row (pick, spo), the rollout ratios (the pick's interval
+    "never" where a resample never reaches) and both compute ratios; a bound whose interval reaches 0 gives no
+    share; a pick not yet decided leaves its cells pending."""
+    def method(diff, ci, ratio=None, ratio_ci=None, compute=(None, None)):
+        return {"vs_uniform_diff": diff, "vs_uniform_ci95": ci, "rollout_ratio": ratio, "rollout_ratio_ci95": ratio_ci,
+                "compute_ratio": compute[0], "compute_ratio_user": compute[1]}  # fmt: skip
+
+    task = {
+        "pool": "mixed", "oracle_selection_headroom": 0.032, "oracle_selection_headroom_ci95": [0.02, 0.044],
+        "methods": {
+            "uniform_rm": {"paired_diff_mean": 0.021, "paired_diff_ci95": [0.003, 0.04], **method(0.0, None)},
+            "sel_combined": method(0.016, [0.012, 0.02], 0.35, [0.3, None], (0.6, 0.45)),
+            "spo": method(0.004, [-0.002, 0.01], 0.7, [0.5, 0.9], (1.2, 0.9)),
+        },
+    }  # fmt: skip
+    flat = {**task, "oracle_selection_headroom": 0.01, "oracle_selection_headroom_ci95": [-0.01, 0.03]}
+    rows_of = {"rows": [{"method": "sel_combined", "versus": "spo", "diff": 0.012, "ci95": [0.004, 0.02]}],
+               "headroom": {"control": "uniform_rm"}}  # fmt: skip
+    results = {"tasks": {"m": task, "f": flat, "x": {"pool": "revisited", "methods": {}}},
+               "attribution": {"m": rows_of, "f": rows_of},
+               "picks": {"selector": {"method": "sel_combined"}}}  # fmt: skip
+    assert picked_selector(results) == "sel_combined" and picked_selector({"picks": {"selector": None}}) is None
+    rows = lead_rows(results, "sel_combined")
+    assert [r["task"] for r in rows] == ["m", "f"]
+    assert rows[0]["share"] == pytest.approx(0.5) and rows[1]["share"] is None
+    assert rows[0]["pick_vs_spo"] == 0.012 and rows[0]["pick_compute"] == (0.6, 0.45)
+    text = "\n".join(lead_markdown(rows, "sel_combined"))
+    assert ("| m (mixed) | +2.1 [+0.3, +4.0] | +3.2 [+2.0, +4.4] | +1.6 [+1.2, +2.0] | 50 % | +0.4 [-0.2, +1.0] "
+            "| +1.2 [+0.4, +2.0] | 0.35× [0.30, never] / 0.70× | 0.60×, 0.45× / 1.20×, 0.90× |") in text
+    pending = "\n".join(lead_markdown(lead_rows(results, None), None))
+    assert "| pending | — |" in pending and "pending / 0.70×" in pending
+    assert lead_markdown([], None) == []

@@ -17,7 +17,15 @@ from pathlib import Path
 from typing import Any
 
 from v05.grid.cells import Cell
-from v05.grid.selection import cold_start_markdown, cold_start_rows, headroom_markdown, headroom_rows
+from v05.grid.selection import (
+    cold_start_markdown,
+    cold_start_rows,
+    headroom_markdown,
+    headroom_rows,
+    lead_markdown,
+    lead_rows,
+    picked_selector,
+)
 from v05.grid.spec import Grid
 from v05.grid.store import is_finished
 from v05.grid.tuning import RECOMMEND_RULE
@@ -477,6 +485,7 @@ def results_markdown(grid: Grid, results: dict[str, Any], meta: dict[str, Any], 
         f"- Grid file: `{grid.path.as_posix()}`; seeds {', '.join(map(str, grid.seeds))}; "
         f"reference `{grid.reference}`.",
         "",
+        *lead_markdown(lead_rows(results, pick := picked_selector(results)), pick),
         "## Protocol",
         "",
         protocol_markdown(grid, results),

@@ -95,6 +95,98 @@ def headroom_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+SELECTOR_PICK = "selector"
+"""The name of the selection grid's pick among its learned selectors (``tuning.picks``)."""
+
+
+def picked_selector(results: dict[str, Any]) -> str | None:
+    """The method of the grid's :data:`SELECTOR_PICK` pick, None until it is decided (or in a grid without one)."""
+    return ((results.get("picks") or {}).get(SELECTOR_PICK) or {}).get("method")
+
+
+SPO_METHOD = "spo"
+"""The selection grid's SPO (no init) that the lead table sets the picked selector against."""
+
+
+def lead_rows(results: dict[str, Any], pick: str | None, spo: str = SPO_METHOD) -> list[dict[str, Any]]:
+    """The lead table (issue 42's README table), per task setting with the selection fields.
+
+    Uniform k = 1 (the attribution's control) − the reference (GRPO k = 4); the oracle's selection headroom over
+    uniform (the bound); the picked learned selector ``pick`` − uniform and its share of the bound (only where the
+    bound's 95 % interval lies above 0); SPO − uniform; ``pick`` − SPO (the attribution row, paired); the rollouts
+    ``pick`` and SPO need to reach the reference's final ÷ the reference's own with the pick's 95 % interval, and
+    their compute ratios (this trainer's, a TRL/verl user's). Fractions; None where a part has not run.
+    """
+    rows = []
+    for name, task in results["tasks"].items():
+        if "oracle_selection_headroom" not in task:
+            continue
+        methods = task["methods"]
+        attribution = results.get("attribution", {}).get(name) or {}
+        uniform = (attribution.get("headroom") or {}).get("control")
+        u, p, o = methods.get(uniform, {}), methods.get(pick, {}), methods.get(spo, {})
+        versus = next((r for r in attribution.get("rows", []) if (r["method"], r["versus"]) == (pick, spo)), {})
+        bound, bound_ci = task["oracle_selection_headroom"], task["oracle_selection_headroom_ci95"]
+        share = None
+        if bound and bound_ci and bound_ci[0] > 0 and p.get("vs_uniform_diff") is not None:
+            share = p["vs_uniform_diff"] / bound
+        rows.append({
+            "task": name, "pool": task.get("pool"),
+            "uniform": u.get("paired_diff_mean"), "uniform_ci95": u.get("paired_diff_ci95"),
+            "bound": bound, "bound_ci95": bound_ci,
+            "pick": p.get("vs_uniform_diff"), "pick_ci95": p.get("vs_uniform_ci95"), "share": share,
+            "spo": o.get("vs_uniform_diff"), "spo_ci95": o.get("vs_uniform_ci95"),
+            "pick_vs_spo": versus.get("diff"), "pick_vs_spo_ci95": versus.get("ci95"),
+            "pick_ratio": p.get("rollout_ratio"), "pick_ratio_ci95": p.get("rollout_ratio_ci95"),
+            "pick_compute": (p.get("compute_ratio"), p.get("compute_ratio_user")),
+            "spo_ratio": o.get("rollout_ratio"), "spo_compute": (o.get("compute_ratio"), o.get("compute_ratio_user")),
+        })  # fmt: skip
+    return rows
+
+
+def _ratio(value: float | None, ci: Sequence[float | None] | None = None) -> str:
+    if value is None:
+        return "never" if ci is not None else "pending"
+    text = f"{value:.2f}×"
+    if ci:
+        text += " [" + ", ".join("never" if c is None else f"{c:.2f}" for c in ci) + "]"
+    return text
+
+
+def lead_markdown(rows: Sequence[dict[str, Any]], pick: str | None) -> list[str]:
+    """The results page's lead table from :func:`lead_rows` (the README quotes it)."""
+    if not rows:
+        return []
+    name = "pending" if pick is None else f"`{pick}`"
+    lines = [
+        "## The lead table: selection beside SPO and GRPO k = 4",
+        "",
+        f"The picked learned selector ({name}, by the grid's `selector` pick below) against uniform k = 1 with the "
+        "running mean, the oracle's selection (the bound) and SPO; points paired over the run with 95 % t-intervals "
+        "over seeds; rollouts to GRPO k = 4's final ÷ its own with the paired percentile-bootstrap 95 % interval; "
+        "compute ÷ GRPO k = 4's as this trainer counts it and as a TRL/verl user pays it. Share of the bound: only "
+        "where the bound's interval lies above 0.",
+        "",
+        "| setting (pool) | uniform k = 1 − GRPO k = 4 | oracle selection − uniform (bound) | pick − uniform | "
+        "share of the bound | SPO − uniform | pick − SPO | rollouts to GRPO's final: pick / SPO | "
+        "compute ÷ GRPO (trainer, TRL/verl user): pick / SPO |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        share = "—" if r["share"] is None else f"{100 * r['share']:.0f} %"
+        compute = " / ".join(
+            "pending" if c[0] is None and c[1] is None else f"{_ratio(c[0])}, {_ratio(c[1])}"
+            for c in (r["pick_compute"], r["spo_compute"])
+        )
+        lines.append(
+            f"| {r['task']} ({r['pool'] or '—'}) | {_points(r['uniform'], r['uniform_ci95'])} "
+            f"| {_points(r['bound'], r['bound_ci95'])} | {_points(r['pick'], r['pick_ci95'])} | {share} "
+            f"| {_points(r['spo'], r['spo_ci95'])} | {_points(r['pick_vs_spo'], r['pick_vs_spo_ci95'])} "
+            f"| {_ratio(r['pick_ratio'], r['pick_ratio_ci95'])} / {_ratio(r['spo_ratio'])} | {compute} |"
+        )
+    return [*lines, ""]
+
+
 def cold_start_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
     """The cold start on the fresh pools (issue 42): what each method paid to reach the reference's final.
 
@@ -228,12 +320,17 @@ __all__ = [
     "OFFLINE_N",
     "POOL_SIZE_KEY",
     "POOL_VAR_KEY",
+    "SELECTOR_PICK",
+    "SPO_METHOD",
     "add_selection_fields",
     "cold_start_markdown",
     "cold_start_rows",
     "headroom_markdown",
     "headroom_rows",
+    "lead_markdown",
+    "lead_rows",
     "plot_headroom",
+    "picked_selector",
     "pool_pass_rate_var",
     "selects",
 ]
