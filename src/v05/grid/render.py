@@ -16,16 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from v05.grid import selection as sel
 from v05.grid.cells import Cell
-from v05.grid.selection import (
-    cold_start_markdown,
-    cold_start_rows,
-    headroom_markdown,
-    headroom_rows,
-    lead_markdown,
-    lead_rows,
-    picked_selector,
-)
 from v05.grid.spec import Grid
 from v05.grid.store import is_finished
 from v05.grid.tuning import RECOMMEND_RULE
@@ -485,7 +477,7 @@ def results_markdown(grid: Grid, results: dict[str, Any], meta: dict[str, Any], 
         f"- Grid file: `{grid.path.as_posix()}`; seeds {', '.join(map(str, grid.seeds))}; "
         f"reference `{grid.reference}`.",
         "",
-        *lead_markdown(lead_rows(results, pick := picked_selector(results)), pick),
+        *sel.lead_markdown(sel.lead_rows(results, pick := sel.picked_selector(results)), pick),
         "## Protocol",
         "",
         protocol_markdown(grid, results),
@@ -510,8 +502,8 @@ def results_markdown(grid: Grid, results: dict[str, Any], meta: dict[str, Any], 
             *attribution_markdown(results.get("attribution", {}).get(name), t),
             *tuning_markdown(grid, t.get("tuning")),
         ]
-    lines += headroom_markdown(headroom_rows(results), figure)
-    lines += cold_start_markdown(cold_start_rows(results))
+    lines += sel.headroom_markdown(sel.headroom_rows(results), figure)
+    lines += sel.cold_start_markdown(sel.cold_start_rows(results))
     for name, pending in results.get("pending", {}).items():
         lines += [f"## {name}: the comparison has not run yet", "", *tuning_markdown(grid, pending.get("tuning"))]
     if grid.tuning is not None and grid.tuning.recommend:
