@@ -10,7 +10,8 @@ import yaml
 from tests.grid._grids import REPO, write_grid
 from v05.grid.cells import grid_cells, tuning_cells
 from v05.grid.spec import load_grid
-from v05.train.config import to_yaml
+from v05.priors import provider_spec
+from v05.train.config import load_config, to_yaml
 
 
 def test_the_standard_grid_resolves_every_cell(tmp_path):
@@ -86,7 +87,13 @@ def test_the_selection_grid_resolves(tmp_path):
     assert not set(grid.seeds) & used and grid.tuning.seed not in {*grid.seeds, *used}
     assert set(grid.tuning.methods) == {m.name for m in grid.methods}
     assert "sel_oracle" not in grid.tuning.recommend and set(grid.tuning.recommend) <= set(grid.tuning.methods)
-    assert set(dict(grid.tuning.picks)["selector"]) == set(grid.attribution.learned)  # the picked learned selector
+    # the picked learned selector among the learned ones; both picks only among what TRL and verl can run
+    assert set(dict(grid.tuning.picks)["selector"]) == set(grid.attribution.learned) - {"sel_probe"}
+    by_name = {m.name: m for m in grid.methods}
+    for name in {*grid.tuning.recommend, *dict(grid.tuning.picks)["selector"]}:
+        prior = load_config(by_name[name].config, list(by_name[name].overrides)).prior
+        spec = provider_spec(prior.name, prior.options) if prior.name else None
+        assert spec is None or not (spec.needs_policy or spec.needs_sampler), name
     assert grid.tuning.split == "validation"
     tune = tuning_cells(grid, tmp_path)
     choices = {(t.name, m.name): "default" for t in grid.tasks for m in grid.methods}
