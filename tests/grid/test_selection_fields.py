@@ -139,8 +139,10 @@ def test_the_lead_table_by_hand():
     flat = {**task, "oracle_selection_headroom": 0.01, "oracle_selection_headroom_ci95": [-0.01, 0.03]}
     rows_of = {"rows": [{"method": "sel_combined", "versus": "spo", "diff": 0.012, "ci95": [0.004, 0.02]}],
                "headroom": {"control": "uniform_rm"}}  # fmt: skip
+    mixed = {"rows": [*rows_of["rows"], {"method": "sel_combined", "versus": "spo_offline", "diff": 0.03,
+                                         "ci95": [0.02, 0.04]}], "headroom": rows_of["headroom"]}  # fmt: skip
     results = {"tasks": {"m": task, "f": flat, "x": {"pool": "revisited", "methods": {}}},
-               "attribution": {"m": rows_of, "f": rows_of},
+               "attribution": {"m": mixed, "f": rows_of},
                "picks": {"selector": {"method": "sel_combined"}}}  # fmt: skip
     assert picked_selector(results) == "sel_combined" and picked_selector({"picks": {"selector": None}}) is None
     rows = lead_rows(results, "sel_combined")
@@ -149,7 +151,9 @@ def test_the_lead_table_by_hand():
     assert rows[0]["pick_vs_spo"] == 0.012 and rows[0]["pick_compute"] == (0.6, 0.45)
     text = "\n".join(lead_markdown(rows, "sel_combined"))
     assert ("| m (mixed) | +2.1 [+0.3, +4.0] | +3.2 [+2.0, +4.4] | +1.6 [+1.2, +2.0] | 50 % | +0.4 [-0.2, +1.0] "
-            "| +1.2 [+0.4, +2.0] | 0.35× [0.30, never] / 0.70× | 0.60×, 0.45× / 1.20×, 0.90× |") in text
+            "| +1.2 [+0.4, +2.0] | +3.0 [+2.0, +4.0] | 0.35× [0.30, never] / 0.70× "
+            "| 0.60×, 0.45× / 1.20×, 0.90× |") in text
+    assert "| +1.2 [+0.4, +2.0] | not run | 0.35×" in text  # f: no spo_offline row (a fresh pool's)
     pending = "\n".join(lead_markdown(lead_rows(results, None), None))
     assert "| pending | — |" in pending and "pending / 0.70×" in pending
     assert lead_markdown([], None) == []

@@ -104,8 +104,8 @@ def picked_selector(results: dict[str, Any]) -> str | None:
     return ((results.get("picks") or {}).get(SELECTOR_PICK) or {}).get("method")
 
 
-SPO_METHOD = "spo"
-"""The selection grid's SPO (no init) that the lead table sets the picked selector against."""
+SPO_METHOD, SPO_OFFLINE_METHOD = "spo", "spo_offline"
+"""The selection grid's SPO without and with its offline init (counted), which the lead table sets the pick against."""
 
 
 def lead_rows(results: dict[str, Any], pick: str | None, spo: str = SPO_METHOD) -> list[dict[str, Any]]:
@@ -115,7 +115,9 @@ def lead_rows(results: dict[str, Any], pick: str | None, spo: str = SPO_METHOD) 
     uniform (the bound); the picked learned selector ``pick`` − uniform and its share of the bound (only where the
     bound's 95 % interval lies above 0); SPO − uniform; ``pick`` − SPO (the attribution row, paired); the rollouts
     ``pick`` and SPO need to reach the reference's final ÷ the reference's own with the pick's 95 % interval, and
-    their compute ratios (this trainer's, a TRL/verl user's). Fractions; None where a part has not run.
+    their compute ratios (this trainer's, a TRL/verl user's); ``pick`` − SPO with its offline init counted (at equal
+    total rollouts: the attribution row (pick, spo_offline); not run on the fresh pools, whose init would exceed the
+    budget). Fractions; None where a part has not run.
     """
     rows = []
     for name, task in results["tasks"].items():
@@ -125,7 +127,8 @@ def lead_rows(results: dict[str, Any], pick: str | None, spo: str = SPO_METHOD) 
         attribution = results.get("attribution", {}).get(name) or {}
         uniform = (attribution.get("headroom") or {}).get("control")
         u, p, o = methods.get(uniform, {}), methods.get(pick, {}), methods.get(spo, {})
-        versus = next((r for r in attribution.get("rows", []) if (r["method"], r["versus"]) == (pick, spo)), {})
+        pairs = {(r["method"], r["versus"]): r for r in attribution.get("rows", [])}
+        versus, offline = pairs.get((pick, spo), {}), pairs.get((pick, SPO_OFFLINE_METHOD))
         bound, bound_ci = task["oracle_selection_headroom"], task["oracle_selection_headroom_ci95"]
         share = None
         if bound and bound_ci and bound_ci[0] > 0 and p.get("vs_uniform_diff") is not None:
@@ -137,6 +140,8 @@ def lead_rows(results: dict[str, Any], pick: str | None, spo: str = SPO_METHOD) 
             "pick": p.get("vs_uniform_diff"), "pick_ci95": p.get("vs_uniform_ci95"), "share": share,
             "spo": o.get("vs_uniform_diff"), "spo_ci95": o.get("vs_uniform_ci95"),
             "pick_vs_spo": versus.get("diff"), "pick_vs_spo_ci95": versus.get("ci95"),
+            "offline_run": offline is not None,  # spo_offline runs on this setting (not on the fresh pools)
+            "pick_vs_offline": (offline or {}).get("diff"), "pick_vs_offline_ci95": (offline or {}).get("ci95"),
             "pick_ratio": p.get("rollout_ratio"), "pick_ratio_ci95": p.get("rollout_ratio_ci95"),
             "pick_compute": (p.get("compute_ratio"), p.get("compute_ratio_user")),
             "spo_ratio": o.get("rollout_ratio"), "spo_compute": (o.get("compute_ratio"), o.get("compute_ratio_user")),
@@ -168,9 +173,9 @@ def lead_markdown(rows: Sequence[dict[str, Any]], pick: str | None) -> list[str]
         "where the bound's interval lies above 0.",
         "",
         "| setting (pool) | uniform k = 1 − GRPO k = 4 | oracle selection − uniform (bound) | pick − uniform | "
-        "share of the bound | SPO − uniform | pick − SPO | rollouts to GRPO's final: pick / SPO | "
-        "compute ÷ GRPO (trainer, TRL/verl user): pick / SPO |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "share of the bound | SPO − uniform | pick − SPO | pick − SPO with its offline init | "
+        "rollouts to GRPO's final: pick / SPO | compute ÷ GRPO (trainer, TRL/verl user): pick / SPO |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         share = "—" if r["share"] is None else f"{100 * r['share']:.0f} %"
@@ -182,6 +187,7 @@ def lead_markdown(rows: Sequence[dict[str, Any]], pick: str | None) -> list[str]
             f"| {r['task']} ({r['pool'] or '—'}) | {_points(r['uniform'], r['uniform_ci95'])} "
             f"| {_points(r['bound'], r['bound_ci95'])} | {_points(r['pick'], r['pick_ci95'])} | {share} "
             f"| {_points(r['spo'], r['spo_ci95'])} | {_points(r['pick_vs_spo'], r['pick_vs_spo_ci95'])} "
+            f"| {_points(r['pick_vs_offline'], r['pick_vs_offline_ci95']) if r['offline_run'] else 'not run'} "
             f"| {_ratio(r['pick_ratio'], r['pick_ratio_ci95'])} / {_ratio(r['spo_ratio'])} | {compute} |"
         )
     return [*lines, ""]
@@ -322,6 +328,7 @@ __all__ = [
     "POOL_VAR_KEY",
     "SELECTOR_PICK",
     "SPO_METHOD",
+    "SPO_OFFLINE_METHOD",
     "add_selection_fields",
     "cold_start_markdown",
     "cold_start_rows",
