@@ -47,7 +47,7 @@ def test_tuning_grid_file_errors_name_the_entry(tmp_path, tiny_grid):
         ({"rule": "best"}, "tuning.rule must be one of"),
         ({"settings": {"default": {}}}, "'default' is implicit"),
         ({"settings": {"x": {"batch_scale": 0}}}, "batch_scale must lie in"),
-        ({"extra": 1}, "tuning takes seed, methods, settings, rule, recommend and split"),
+        ({"extra": 1}, "tuning takes seed, methods, settings, rule, recommend, picks and split"),
         ({"recommend": ["rloo"]}, "tuning.recommend must list tuned methods"),
         ({"split": "test"}, "tuning.split must be one of eval, validation"),
     ]
@@ -154,5 +154,8 @@ def test_method_tasks_name_task_settings_of_the_grid(tmp_path):
             load_grid(write_grid(tmp_path / "bad.yaml", {**good, "methods": {**good["methods"], **methods}}))
     tuned = {**good, "methods": {"grpo4": "demo-grpo4", "rloo": only},
              "tuning": {"seed": 7, "methods": ["rloo"], "settings": {"x": {"batch_scale": 0.5}}, "recommend": ["rloo"]}}
-    with pytest.raises(ValueError, match="recommend candidate.*rloo must run on every task setting"):
+    with pytest.raises(ValueError, match="recommend/picks candidate.*rloo must run on every task setting"):
         load_grid(write_grid(tmp_path / "bad.yaml", tuned))
+    picked = {**tuned, "tuning": {**tuned["tuning"], "recommend": [], "picks": {"p": ["rloo"]}}}  # a pick alike
+    with pytest.raises(ValueError, match="recommend/picks candidate.*rloo must run on every task setting"):
+        load_grid(write_grid(tmp_path / "bad.yaml", picked))
