@@ -85,7 +85,9 @@ def test_the_selection_grid_resolves(tmp_path):
     assert [t.name for t in grid.tasks] == [t.name for t in evidence.tasks]
     used = {*evidence.seeds, evidence.tuning.seed, 20, 21, 22}  # the evidence grid's and the pilot's
     assert not set(grid.seeds) & used and grid.tuning.seed not in {*grid.seeds, *used}
-    assert set(grid.tuning.methods) == {m.name for m in grid.methods}
+    derived = {m.name: m.pick for m in grid.methods if m.pick is not None}  # the pick's variants: run, not tuned
+    assert derived == {"sel_pick_pool16": "selector", "sel_pick_spo_draw": "selector"}
+    assert set(grid.tuning.methods) == {m.name for m in grid.methods} - set(derived)
     assert "sel_oracle" not in grid.tuning.recommend and set(grid.tuning.recommend) <= set(grid.tuning.methods)
     # the picked learned selector among the learned ones; both picks only among what TRL and verl can run
     assert set(dict(grid.tuning.picks)["selector"]) == set(grid.attribution.learned) - {"sel_probe"}
@@ -97,13 +99,21 @@ def test_the_selection_grid_resolves(tmp_path):
     assert grid.tuning.split == "validation"
     tune = tuning_cells(grid, tmp_path)
     choices = {(t.name, m.name): "default" for t in grid.tasks for m in grid.methods}
-    cells = grid_cells(dataclasses.replace(grid, seeds=grid.seeds[:1]), tmp_path, choices=choices)
+    picked = {"selector": {"method": "sel_combined", "setting": "default"}}
+    cells = grid_cells(dataclasses.replace(grid, seeds=grid.seeds[:1]), tmp_path, choices=choices, picked=picked)
     assert {c.cfg.train.max_rollouts for c in [*cells, *tune]} == {38400}
     for c in cells:
         if c.method.name.startswith(("sel_", "uniform_", "spo")):
             assert (c.cfg.train.batch_size, c.cfg.allocator.options.get("k")) == (64, 1), c.method.name
-        if c.method.name.startswith("sel_"):
-            assert c.cfg.allocator.name == "prior_select", c.method.name
+        if c.method.name.startswith("sel_") and c.method.name not in derived:
+            assert (c.cfg.allocator.name, c.cfg.allocator.pool_factor) == ("prior_select", None), c.method.name
+    variant = {c.method.name: c.cfg for c in cells if c.method.name in derived and c.task.name == grid.tasks[0].name}
+    combined = next(c.cfg for c in cells if c.method.name == "sel_combined")  # the pick's own cell, same setting
+    assert variant["sel_pick_pool16"].prior == variant["sel_pick_spo_draw"].prior == combined.prior
+    assert (variant["sel_pick_pool16"].allocator.name, variant["sel_pick_pool16"].allocator.pool_factor) == (
+        "prior_select", 16)  # fmt: skip
+    assert (variant["sel_pick_spo_draw"].allocator.name, variant["sel_pick_spo_draw"].allocator.pool_factor) == (
+        "spo", None)  # SpoSample's own pool: 4 batches, like prior_select's  # fmt: skip
     started = next(c for c in cells if c.method.name == "spo_from_probe")
     assert (started.cfg.prior.name, started.cfg.prior.options["start_from"]) == ("spo", "probe")
     oracle = next(c for c in cells if c.method.name == "sel_oracle")

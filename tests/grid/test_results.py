@@ -8,15 +8,9 @@ import pytest
 from tests.grid._grids import CONTRACT, fake_run, task_of
 from v05.grid.compute import prior_compute_frac
 from v05.grid.render import ran_text
-from v05.grid.results import (
-    attribution_results,
-    gain90_bootstrap,
-    gain_targets,
-    method_family,
-    tail_target,
-    task_results,
-)
+from v05.grid.results import attribution_results, method_family, task_results
 from v05.grid.spec import Attribution, AttributionRow, GridTask
+from v05.grid.targets import gain90_bootstrap, gain_targets, tail_target
 from v05.report.runs import paired_difference
 
 
@@ -100,6 +94,13 @@ def test_paired_ci_tail_target_and_the_attribution_table_by_hand():
     noisy = [fake_run("orc", s, [(0, 0.2 + d), (1000, 0.4 + 0.1 * s + d)]) for s, d in ((0, 0.3), (1, -0.1))]
     h = attribution_results(spec, {"grpo4": ref, "rm": rm, "orc": noisy, "good": good})["headroom"]
     assert h["oracle_diff"] == pytest.approx(0.1) and h["oracle_ci95"][0] < 0 and h["captured"] is None
+    # a row naming a tuning pick ("sel") is the picked method's row once decided; None before (kept, not left out)
+    spec = Attribution(rows=(AttributionRow(factor="the pick", method="sel", versus="rm"),))
+    groups = {"grpo4": ref, "rm": rm, "orc": orc, "good": good}
+    picked = attribution_results(spec, groups, planned={"rm", "orc", "good", "sel"}, picked={"sel": "good"})["rows"]
+    assert (picked[0]["method"], picked[0]["diff"]) == ("good", pytest.approx(0.1))
+    pending = attribution_results(spec, groups, planned={"rm", "good", "sel"}, picked={"sel": "sel"})["rows"]
+    assert (pending[0]["method"], pending[0]["diff"]) == ("sel", None)
     res = task_results(GridTask(name="t", regime="hard"), {"grpo4": ref, "rm": rm, "orc": orc}, "grpo4", [],
                        control="rm")  # fmt: skip
     assert res["methods"]["orc"]["vs_running_mean_diff"] == pytest.approx(0.2)

@@ -87,6 +87,45 @@ def test_a_named_pick_is_the_rule_among_its_own_candidates(tmp_path, tiny_grid):
             load_grid(write_grid(path, body))
 
 
+def test_a_method_derived_from_a_pick_runs_the_picked_method_at_its_setting(tmp_path, tiny_grid):
+    """``{pick: NAME, overrides}``: no cell until the pick is decided; then the picked method's config and overrides
+    at the setting chosen for it on that task setting (not the pick's overall one; its batch scale included), the
+    method's own overrides last (they win over the setting's), on the comparison seeds only; a pick not among
+    tuning.picks, a method with both config and pick, or one that is itself tuned is refused when the grid loads."""
+    path = tuning_grid(tmp_path, tiny_grid)
+    body = yaml.safe_load(path.read_text())
+    body["tuning"] |= {"methods": ["grpo4", "rloo"], "picks": {"other": ["rloo"]}}
+    body["methods"]["rloo"] = {"config": "demo-rloo", "overrides": ["optim.weight_decay=0.5"]}
+    body["methods"]["derived"] = {"pick": "other", "overrides": ["optim.lr=3.0e-3", "train.max_rollouts=64"]}
+    grid = load_grid(write_grid(path, body))
+    assert grid.methods[-1].pick == "other"
+    assert not any(c.method.name == "derived" for c in tuning_cells(grid, tmp_path))
+    choices = {("tiny-easy", "grpo4"): "default", ("tiny-easy", "rloo"): "default"}
+    assert not [c for c in grid_cells(grid, tmp_path / "mx", choices=choices) if c.method.name == "derived"]
+    for setting, batch, lr in (("lr-high", 8, 3.0e-3), ("half", 4, 3.0e-3), ("default", 8, 3.0e-3)):
+        picked = {"other": {"method": "rloo", "setting": "lr-high" if setting == "half" else "half"}}
+        chosen = {**choices, ("tiny-easy", "rloo"): setting}
+        cells = [c for c in grid_cells(grid, tmp_path / "mx", choices=chosen, picked=picked)
+                 if c.method.name == "derived"]  # fmt: skip
+        assert [c.seed for c in cells] == [0] and cells[0].setting == setting
+        label = "derived" if setting == "default" else f"derived@{setting}"
+        cfg = cells[0].cfg
+        assert cells[0].run_dir.name == f"{label}-s0" and cfg.name == "derived"
+        assert (cfg.estimator.name, cfg.optim.weight_decay) == ("rloo", 0.5)  # rloo's config and its overrides
+        assert (cfg.train.batch_size, cfg.optim.lr, cfg.train.max_rollouts) == (batch, lr, 64)
+    assert cells[0].method.overrides == ("optim.weight_decay=0.5", "optim.lr=3.0e-3", "train.max_rollouts=64")
+    for bad, match in (({"pick": "nope"}, "derives from pick 'nope'"), ({"pick": "other", "config": "demo-rloo"},
+                       "needs config or pick")):  # fmt: skip
+        with pytest.raises(ValueError, match=match):
+            load_grid(write_grid(path, {**body, "methods": {**body["methods"], "derived": bad}}))
+    tuned = {**body, "tuning": {**body["tuning"], "methods": ["grpo4", "rloo", "derived"]}}
+    with pytest.raises(ValueError, match="not be tuned itself"):
+        load_grid(write_grid(path, tuned))
+    clash = {**body, "tuning": {**body["tuning"], "picks": {"rloo": ["rloo"]}}}
+    with pytest.raises(ValueError, match="not a method's"):
+        load_grid(write_grid(path, clash))
+
+
 def _fmt_score(value: float) -> str:
     return format(value, ".3f")
 
@@ -99,6 +138,7 @@ def test_bench_matrix_tunes_then_compares_at_the_chosen_setting(tmp_path, tiny_g
     grid_file = tuning_grid(tmp_path, tiny_grid)
     body = yaml.safe_load(grid_file.read_text())
     body["tuning"]["picks"] = {"mine": ["grpo4"]}
+    body["methods"]["derived"] = {"pick": "mine", "overrides": ["optim.weight_decay=0.25"]}  # planned once picked
     grid_file = write_grid(grid_file, body)
     out, doc = tmp_path / "mx", tmp_path / "results.md"
     res = bench_matrix(grid_file, out, progress=False, doc=doc, recommended=tmp_path / "rec.yaml")
@@ -119,6 +159,12 @@ def test_bench_matrix_tunes_then_compares_at_the_chosen_setting(tmp_path, tiny_g
     assert res["results"]["recommended"]["method"] == "grpo4" and res["results"]["recommended"]["setting"] == best
     assert f"Pick: `grpo4` at `{best}`" in doc.read_text()
     assert res["results"]["picks"]["mine"] == res["results"]["recommended"]  # the same rule, the same candidates
+    derived = task["methods"]["derived"]  # the pick's config at its setting, its own override on top
+    assert (derived["config"], derived["setting"], derived["seeds"]) == ("demo-grpo4", best, [0])
+    d_label = "derived" if best == "default" else f"derived@{best}"
+    d_cfg = yaml.safe_load((out / "tiny-easy" / f"{d_label}-s0" / "config.yaml").read_text())
+    assert (d_cfg["optim"]["lr"], d_cfg["train"]["batch_size"], d_cfg["optim"]["weight_decay"]) == (*expected, 0.25)
+    assert "the tuning's `mine` pick" in doc.read_text()
     assert "## The pick `mine`" in doc.read_text() and doc.read_text().count(f"Pick: `grpo4` at `{best}`") == 2
 
 

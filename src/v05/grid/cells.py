@@ -10,10 +10,12 @@ tuning cell, or a tuned method at a non-default setting).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
-from v05.grid.spec import Grid, GridMethod, GridSetting, GridTask
+from v05.grid.spec import Grid, GridMethod, GridTask
+from v05.grid.sweep import GridSetting
 from v05.train.config import TrainConfig, load_config
 
 
@@ -30,8 +32,6 @@ class Cell:
     """the tuning setting this cell runs (a tuning cell), or the one chosen for the method (None: untuned)."""
     tuning: bool = False
     """a cell of the tuning sweep (on the tuning seed), not of the comparison."""
-
-
 
 
 def _scale_overrides(cfg: TrainConfig, scale: float) -> list[str]:
@@ -77,20 +77,29 @@ def _cell(
 
 
 def grid_cells(
-    grid: Grid, out: Path, *, quick: bool = False, choices: dict[tuple[str, str], str | None] | None = None
+    grid: Grid,
+    out: Path,
+    *,
+    quick: bool = False,
+    choices: dict[tuple[str, str], str | None] | None = None,
+    picked: Mapping[str, Mapping[str, Any] | None] | None = None,
 ) -> list[Cell]:
     """Every (task, seed, method) cell with its checked config, seed-major so that early cells pair up.
 
     The overrides apply in the order grid, task, method, the tuned setting, then ``name=METHOD`` and ``seed=SEED``.
     A tuned method's cells take the setting ``choices[(task, method)]`` (:func:`v05.grid.tuning.choose_settings`),
     in run directories ``METHOD@SETTING-sSEED`` unless it is ``default``; while its tuning sweep is unfinished (no
-    choice) they are left out. A method with ``tasks:`` has cells on those task settings only.
+    choice) they are left out. A method with ``tasks:`` has cells on those task settings only. A method derived from
+    a pick (``GridMethod.pick``) runs ``picked[pick]["method"]`` (:func:`v05.grid.tuning.picks`): the picked
+    method's config and overrides at the setting chosen for it on the task setting (its own cells' there, so the two
+    pair on one setting), then its own overrides (they win over the setting's); left out until picked.
 
     Raises:
         ValueError: a cell's config does not load (the message names the cell).
     """
     tuned = set(grid.tuning.methods) if grid.tuning is not None else set()
     by_name = {s.name: s for s in grid.tuning.settings} if grid.tuning is not None else {}
+    declared = {m.name: m for m in grid.methods}
     cells = []
     for task in grid.tasks:
         for seed in grid.seeds:
@@ -98,7 +107,14 @@ def grid_cells(
                 if not method.runs_on(task.name):
                     continue
                 setting = None
-                if method.name in tuned:
+                if method.pick is not None:
+                    if (rec := (picked or {}).get(method.pick)) is None:
+                        continue
+                    base, own = declared[rec["method"]], method.overrides
+                    at = by_name[(choices or {})[(task.name, base.name)]]  # the picked method's own cells' setting
+                    method = dataclasses.replace(method, config=base.config, overrides=(*base.overrides, *own))
+                    setting = dataclasses.replace(at, overrides=(*at.overrides, *own))  # its own win over the setting
+                elif method.name in tuned:
                     chosen = (choices or {}).get((task.name, method.name))
                     if chosen is None:
                         continue

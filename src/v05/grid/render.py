@@ -435,7 +435,9 @@ def methods_markdown(grid: Grid) -> list[str]:
     for m in grid.methods:
         extra = f" + {', '.join(f'`{o}`' for o in m.overrides)}" if m.overrides else ""
         only = f" (only on {', '.join(f'`{t}`' for t in m.tasks)})" if m.tasks else ""
-        lines.append(f"- `{m.name}`: `{m.config}`{extra}{only}")
+        source = f"the tuning's `{m.pick}` pick (its config and overrides, at its setting)" if m.pick else ""
+        source = source or f"`{m.config}`"
+        lines.append(f"- `{m.name}`: {source}{extra}{only}")
     return [*lines, ""]
 
 

@@ -27,7 +27,7 @@ import datetime
 import json
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,8 @@ from v05.grid.ran import ran, warm_start_record
 from v05.grid.selection import add_selection_fields
 from v05.grid.spec import Attribution, Grid, GridMethod, GridTask
 from v05.grid.store import STORED_NAME, is_finished
-from v05.grid.tuning import start_eval, tuning_results
+from v05.grid.targets import gain90_bootstrap, gain_targets, tail_target
+from v05.grid.tuning import picks, tuning_results
 from v05.hardware import hardware_label
 from v05.report.runs import (
     EVAL_KEY,
@@ -51,71 +52,12 @@ from v05.report.runs import (
     paired_difference,
     seed_mean,
 )
-from v05.stats import bootstrap_ci, crossing_ratio, mean_se, t_interval
+from v05.stats import crossing_ratio, mean_se, t_interval
 
 logger = logging.getLogger(__name__)
 
 V05_ESTIMATORS = ("v05", "v05_eb")
 """Estimators of v05's V0.5 line: a method using one is of family ``"v05"``."""
-GAIN_FRACTION = 0.9
-"""``rollout_ratio_gain90``'s threshold: warm start + this fraction of the reference's gain."""
-TAIL_FRACTION = 0.1
-"""``rollout_ratio_tail10``'s target: the reference's seed-mean eval over the last 10 % of its rollouts."""
-BOOTSTRAP_RESAMPLES = 2000
-"""Paired bootstrap resamples of the seeds for ``rollout_ratio_gain90_ci95``."""
-
-
-def gain_targets(reference: Sequence[Run]) -> tuple[float, float, float]:
-    """(warm-start eval, the reference's final, warm + GAIN_FRACTION · gain) from the reference's seed-mean curve."""
-    curve = mean_curve(reference, ROLLOUTS_KEY)
-    starts = [v for v in (start_eval(r) for r in reference) if v is not None]
-    warm = float(np.mean(starts)) if starts else float(curve.mean[0])
-    final = float(curve.mean[-1])
-    return warm, final, warm + GAIN_FRACTION * (final - warm)
-
-
-def tail_target(reference: Sequence[Run], fraction: float = TAIL_FRACTION) -> float:
-    """The reference's seed-mean eval averaged over the last ``fraction`` of its rollouts (the eval points there).
-
-    A target that a plateaued reference reaches before the budget's end, unlike its final (which it may first reach
-    only at the budget, making every ratio against it the first crossing of a flat curve).
-    """
-    curve = mean_curve(reference, ROLLOUTS_KEY)
-    x0 = curve.x[0] + (1.0 - fraction) * (curve.x[-1] - curve.x[0])
-    return float(np.mean(curve.mean[curve.x >= x0]))
-
-
-def gain90_bootstrap(
-    runs: Sequence[Run],
-    reference: Sequence[Run],
-    rng: np.random.Generator,
-    *,
-    resamples: int = BOOTSTRAP_RESAMPLES,
-    target: Callable[[Sequence[Run]], float] | None = None,
-) -> dict[str, Any]:
-    """Paired bootstrap over seeds of a rollout ratio: resample seeds (the same for method and reference).
-
-    Each resample recomputes the reference's target (``target(reference_runs)``; default: warm start + 90 % of its
-    gain, ``rollout_ratio_gain90``) and both crossings. A resample in which the method never reaches the target
-    counts as +∞ (so the CI's upper end is None when ≥ 2.5 % never do). Why a bootstrap of the seed-mean crossing
-    and not a t-interval of per-seed ratios: a single seed's curve may never cross the target (no ratio to average),
-    while the seed-mean crossing is the quantity reported.
-
-    Returns:
-        ``{"ci95": [lo, hi | None] | None, "never_frac": x}`` (ci95 None without paired seeds or with one seed).
-    """
-    goal: Callable[[Sequence[Run]], float] = target if target is not None else (lambda rf: gain_targets(rf)[2])
-    ref = {r.seed: r for r in reference}
-    pairs = [(r, ref[r.seed]) for r in runs if r.seed in ref]
-
-    def ratio(pick: Any) -> float | None:
-        m, rf = [pairs[i][0] for i in pick], [pairs[i][1] for i in pick]
-        threshold = goal(rf)
-        return crossing_ratio(mean_curve_crossing(m, threshold), mean_curve_crossing(rf, threshold))
-
-    return bootstrap_ci(len(pairs), ratio, rng, resamples=resamples)
-
-
 def method_family(run: Run, declared: str | None = None) -> str:
     """``"v05"`` for v05's V0.5 line (estimator v05 or v05_eb), ``"grpo"`` for GRPO at a fixed k, else ``"other"``."""
     if declared is not None:
@@ -283,10 +225,13 @@ def matrix_results(
                 pending[task.name] = {"tuning": tuning_results(grid, [c for c in tune if c.task.name == task.name])}
             continue
         control = grid.attribution.control if grid.attribution is not None else None
-        tasks[task.name] = task_results(task, groups, grid.reference, grid.methods, control=control)
+        resolved = {c.method.name: c.method for c in cells}  # a method derived from a pick, with the picked config
+        methods = tuple(resolved.get(m.name, m) for m in grid.methods)
+        tasks[task.name] = task_results(task, groups, grid.reference, methods, control=control)
         if grid.attribution is not None:
-            planned = {m.name for m in grid.methods if m.runs_on(task.name)}
-            attribution[task.name] = attribution_results(grid.attribution, groups, planned=planned)
+            picked = {n: r["method"] if r else n for n, r in picks(grid, tune).items()}  # a pick's name until decided
+            planned = {m.name for m in grid.methods if m.runs_on(task.name)} | set(picked)
+            attribution[task.name] = attribution_results(grid.attribution, groups, planned=planned, picked=picked)
         tasks[task.name]["warm_start_sft"] = warm_start_record([c for c in cells if c.task.name == task.name], store)
         for name, entry in tasks[task.name]["methods"].items():
             entry["setting"] = settings.get(name)
@@ -300,24 +245,27 @@ def matrix_results(
 
 
 def attribution_results(
-    spec: Attribution, groups: dict[str, list[Run]], *, planned: set[str] | None = None
-) -> dict[str, Any]:
+    spec: Attribution, groups: dict[str, list[Run]], *, planned: set[str] | None = None,
+    picked: dict[str, str] | None = None,
+) -> dict[str, Any]:  # fmt: skip
     """One task setting's attribution table (the contract's ``attribution.TASK``).
 
     Each row: the paired difference ``method − versus`` (:func:`v05.report.runs.paired_difference`: points as a
     fraction, its 95 % t-interval over seeds) and the rollouts ``method`` needs to reach ``versus``'s final ÷
     ``versus``'s own (on the seeds both have; None: never reached). A row whose methods have not both finished is
     None; a row naming a method that is not ``planned`` on this task setting (``tasks:`` leaves it out; None: every
-    method) is left out of the table. ``headroom``: the oracle's and the best learned prior's difference to
-    ``control``, and ``captured`` = best ÷ oracle (the best is picked after the fact: an optimistic reading, said so
-    on the page), None unless the oracle's 95 % interval lies above 0.
+    method) is left out of the table. A row may name a tuning pick (``tuning.picks``): ``picked`` maps it to the
+    picked method (until it is decided the row is None). ``headroom``: the oracle's and the best learned prior's
+    difference to ``control``, and ``captured`` = best ÷ oracle (the best is picked after the fact: an optimistic
+    reading, said so on the page), None unless the oracle's 95 % interval lies above 0.
     """
-    rows = []
+    rows, picked = [], picked or {}
     for row in spec.rows:
         if planned is not None and not {row.method, row.versus} <= planned:
             continue
-        entry = _difference(groups, row.method, row.versus)
-        rows.append({"factor": row.factor, "method": row.method, "versus": row.versus, **(entry or {"diff": None})})
+        method, versus = picked.get(row.method, row.method), picked.get(row.versus, row.versus)
+        entry = _difference(groups, method, versus)
+        rows.append({"factor": row.factor, "method": method, "versus": versus, **(entry or {"diff": None})})
     headroom = None
     if spec.control is not None and spec.oracle is not None:
         oracle = _difference(groups, spec.oracle, spec.control)
@@ -382,16 +330,10 @@ def run_meta(command: str, cells: Sequence[Cell], elapsed_s: float) -> dict[str,
 
 
 __all__ = [
-    "BOOTSTRAP_RESAMPLES",
-    "GAIN_FRACTION",
-    "TAIL_FRACTION",
     "V05_ESTIMATORS",
     "attribution_results",
-    "gain90_bootstrap",
-    "gain_targets",
     "matrix_results",
     "method_family",
     "run_meta",
-    "tail_target",
     "task_results",
 ]

@@ -223,12 +223,12 @@ def bench_matrix(
 
     tune = tuning_cells(grid, out, quick=quick)  # the equal tuning budget first: it picks the tuned settings
     run(tune)
-    choices = choose_settings(grid, tune)
-    cells = grid_cells(grid, out, quick=quick, choices=choices)
+    choices, picked = choose_settings(grid, tune), picks(grid, tune)  # the selection grid's picks, by the same rule
+    cells = grid_cells(grid, out, quick=quick, choices=choices, picked=picked)
     run(cells)
     results = matrix_results(grid, cells, tune, store=kept)
     results["recommended"] = recommendation(grid, tune)
-    results["picks"] = picks(grid, tune)  # the grid's other named picks by the same rule (the selection grid's)
+    results["picks"] = picked
     meta = run_meta(command or f"v05 bench matrix {grid_path}", [*tune, *cells], time.monotonic() - start)
     meta["tuning_pending"] = sorted(f"{t}/{m}" for (t, m), v in choices.items() if v is None)
     meta["tasks_left_out"] = left_out  # the grid's task settings that --tasks left out of this report

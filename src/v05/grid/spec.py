@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from v05._checks import error_line
-from v05.train.config import EVAL_SPLITS
+from v05.grid.sweep import Tuning, check_name, load_tuning, names_list
 
 REGIMES = ("easy", "hard")
 POOLS = ("revisited", "fresh", "mixed")
@@ -53,50 +53,13 @@ class GridMethod:
     family: str | None = None
     tasks: tuple[str, ...] = ()
     """the task settings it runs on (``tasks:`` in the grid file); empty: every task setting of the grid."""
+    pick: str | None = None
+    """``pick:`` in the grid file (no ``config``): the named tuning pick's method and overrides at the setting chosen
+    for it per task setting, then these (:func:`v05.grid.cells.grid_cells`); on the grid's seeds once picked."""
 
     def runs_on(self, task: str) -> bool:
         """Whether the method has cells on the task setting ``task``."""
         return not self.tasks or task in self.tasks
-
-
-@_frozen
-class GridSetting:
-    """One setting of the tuning sweep: config overrides and a batch scale.
-
-    ``batch_scale`` multiplies ``train.batch_size`` and the allocator's batch-like options (``batch_size``,
-    ``extra_budget``, ``gen_batch_size``) of each tuned method, so the rollouts per step scale alike whatever the
-    method's k (a k = 1 method at 128 prompts and GRPO k = 4 at 32 both halve to 64 rollouts a step).
-    """
-
-    name: str
-    overrides: tuple[str, ...] = ()
-    batch_scale: float = 1.0
-
-
-@_frozen
-class Tuning:
-    """An equal tuning budget: every tuned method runs every setting on one tuning seed (not among the grid's seeds).
-
-    Each tuned method is then run on the grid's seeds at the setting with the best tuning score (``rule``;
-    ``mean_eval``: the mean eval pass rate over the tuning run's evaluations after the start, an area under its
-    curve), so no method is judged on the seed that picked its setting. ``settings`` starts with ``default`` (no
-    override).
-    """
-
-    seed: int
-    methods: tuple[str, ...]
-    settings: tuple[GridSetting, ...]
-    rule: str = "mean_eval"
-    recommend: tuple[str, ...] = ()
-    """candidates for the recommended configuration (tuned methods): :func:`recommendation` picks one."""
-    picks: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    """other named picks by the same rule, each among its own candidates (the selection grid's ``selector``)."""
-    split: str = "validation"
-    """the split the tuning runs evaluate and are scored on (``eval.split``): ``validation`` (model selection, so
-    the eval split judges only the comparison seeds); ``eval`` only reproduces the grids tuned before it existed."""
-
-
-TUNING_RULES = ("mean_eval", "final")
 
 
 @_frozen
@@ -151,13 +114,6 @@ class Grid:
             self, seeds=self.quick_seeds, methods=methods, overrides=(*self.overrides, *self.quick_overrides),
             store=None, tuning=None, attribution=None,
         )  # fmt: skip
-
-
-
-
-def _names_list(value: object) -> bool:
-    """Whether ``value`` is a YAML list of names (strings), so it can be compared as a set."""
-    return isinstance(value, list) and all(isinstance(v, str) for v in value)
 
 
 def load_grid(path: str | Path) -> Grid:
@@ -236,7 +192,7 @@ def load_grid(path: str | Path) -> Grid:
             raise ValueError(f"{path}: task {name!r} pool must be one of {', '.join(POOLS)}, got {pool!r}")
         tasks.append(
             GridTask(
-                name=_name(name, path),
+                name=check_name(name, path),
                 regime=regime,
                 pool=pool,
                 description=str(spec.get("description", "")),
@@ -255,15 +211,20 @@ def load_grid(path: str | Path) -> Grid:
     if not isinstance(quick, dict) or set(quick) - {"seeds", "methods", "overrides"}:
         raise ValueError(f"{path}: quick takes seeds, methods and overrides, got {quick!r}")
     quick_methods = quick.get("methods", [reference])
-    if not _names_list(quick_methods) or set(quick_methods) - set(names):
+    if not names_list(quick_methods) or set(quick_methods) - set(names):
         raise ValueError(f"{path}: quick.methods must list methods of the grid, got {quick_methods!r}")
     seeds_main = seeds(data.get("seeds", [0, 1, 2]), "seeds")
-    tuning = _load_tuning(data.get("tuning"), path, names, seeds_main, strings)
+    tuning = load_tuning(data.get("tuning"), path, names, seeds_main, strings)
     picked = () if tuning is None else (*tuning.recommend, *(m for _, c in tuning.picks for m in c))
     partial = sorted({m.name for m in methods if m.tasks} & set(picked))
     if partial:  # a pick averages a candidate's tuning scores over every task setting
         raise ValueError(f"{path}: tuning.recommend/picks candidate(s) {', '.join(partial)} must run on every task "
                          "setting (no tasks:)")  # fmt: skip
+    pick_names = [] if tuning is None else [n for n, _ in tuning.picks]
+    for m in methods:
+        if m.pick is not None and (m.pick not in pick_names or m.name in (tuning.methods if tuning else ())):
+            raise ValueError(f"{path}: method {m.name!r} derives from pick {m.pick!r}: it must name one of "
+                             f"tuning.picks ({', '.join(pick_names) or 'none'}) and not be tuned itself")  # fmt: skip
     return Grid(
         name=str(data.get("name") or path.stem),
         path=path,
@@ -277,32 +238,35 @@ def load_grid(path: str | Path) -> Grid:
         quick_overrides=strings(quick.get("overrides"), "quick.overrides"),
         store=None if data.get("store") is None else path.parent / str(data["store"]),
         tuning=tuning,
-        attribution=_load_attribution(data.get("attribution"), path, names),
+        attribution=_load_attribution(data.get("attribution"), path, [*names, *pick_names]),
     )
 
 
 def _load_method(name: object, spec: object, path: Path, tasks: list[str], strings: Any) -> GridMethod:
-    """One entry of ``methods:``: a config name, or ``{config, overrides, family, tasks}``."""
+    """One entry of ``methods:``: a config name, or ``{config | pick, overrides, family, tasks}``."""
     if isinstance(spec, str):
         spec = {"config": spec}
-    if not isinstance(spec, dict) or "config" not in spec or set(spec) - {"config", "overrides", "family", "tasks"}:
-        raise ValueError(f"{path}: method {name!r} needs config (and may have overrides, family, tasks), got {spec!r}")
+    if not isinstance(spec, dict) or ("config" in spec) == ("pick" in spec) or set(spec) - {
+            "config", "pick", "overrides", "family", "tasks"}:  # fmt: skip
+        raise ValueError(f"{path}: method {name!r} needs config or pick (and may have overrides, family, tasks), "
+                         f"got {spec!r}")  # fmt: skip
     family = spec.get("family")
     if family is not None and family not in FAMILIES:
         raise ValueError(f"{path}: method {name!r} family must be one of {', '.join(FAMILIES)}, got {family!r}")
     only = spec.get("tasks", [])
-    if not _names_list(only) or ("tasks" in spec and not only) or set(only) - set(tasks) or len(set(only)) != len(only):
+    if not names_list(only) or ("tasks" in spec and not only) or set(only) - set(tasks) or len(set(only)) != len(only):
         raise ValueError(f"{path}: method {name!r} tasks must list distinct task settings of the grid "
                          f"({', '.join(tasks)}), got {only!r}")  # fmt: skip
-    config = str(spec["config"])
+    config = str(spec.get("config", ""))
     if config.endswith((".yaml", ".yml")) and not Path(config).is_absolute():
         config = str((path.parent / config).resolve()) if (path.parent / config).is_file() else config
     return GridMethod(
-        name=_name(name, path),
+        name=check_name(name, path),
         config=config,
         family=family,
         overrides=strings(spec.get("overrides"), f"methods.{name}.overrides"),
         tasks=tuple(only),
+        pick=None if spec.get("pick") is None else str(spec["pick"]),
     )
 
 
@@ -317,7 +281,7 @@ def _load_attribution(raw: object, path: Path, methods: list[str]) -> Attributio
         if raw.get(key) is not None and raw[key] not in known:
             raise ValueError(f"{path}: attribution.{key} {raw[key]!r} is not a method of the grid")
     learned = raw.get("learned", [])
-    if not _names_list(learned) or set(learned) - known:
+    if not names_list(learned) or set(learned) - known:
         raise ValueError(f"{path}: attribution.learned must list methods of the grid, got {learned!r}")
     rows = []
     for i, row in enumerate(raw.get("rows") or []):
@@ -329,68 +293,14 @@ def _load_attribution(raw: object, path: Path, methods: list[str]) -> Attributio
     return Attribution(rows=tuple(rows), control=raw.get("control"), oracle=raw.get("oracle"), learned=tuple(learned))
 
 
-def _load_tuning(raw: object, path: Path, methods: list[str], seeds: tuple[int, ...], strings: Any) -> Tuning | None:
-    """The grid's ``tuning:`` entry (see :class:`Tuning`); None when absent."""
-    if raw is None:
-        return None
-    if not isinstance(raw, dict) or set(raw) - {"seed", "methods", "settings", "rule", "recommend", "picks", "split"}:
-        raise ValueError(f"{path}: tuning takes seed, methods, settings, rule, recommend, picks and split, got {raw!r}")
-    split = raw.get("split", "validation")
-    if split not in EVAL_SPLITS:
-        raise ValueError(f"{path}: tuning.split must be one of {', '.join(EVAL_SPLITS)}, got {split!r}")
-    seed = raw.get("seed", 100)
-    if type(seed) is not int or seed in seeds:
-        raise ValueError(f"{path}: tuning.seed must be an integer not among the grid's seeds {list(seeds)}, got {seed}")
-    tuned = raw.get("methods")
-    if not _names_list(tuned) or not tuned or set(tuned) - set(methods) or len(set(tuned)) != len(tuned):
-        raise ValueError(f"{path}: tuning.methods must list distinct methods of the grid, got {tuned!r}")
-    rule = raw.get("rule", "mean_eval")
-    if rule not in TUNING_RULES:
-        raise ValueError(f"{path}: tuning.rule must be one of {', '.join(TUNING_RULES)}, got {rule!r}")
-    settings_raw = raw.get("settings")
-    if not isinstance(settings_raw, dict) or not settings_raw:
-        raise ValueError(f"{path}: tuning.settings must map setting names to {{overrides, batch_scale}}")
-    settings = [GridSetting(name="default")]
-    for name, spec in settings_raw.items():
-        if name == "default" or not isinstance(spec, dict) or set(spec) - {"overrides", "batch_scale"}:
-            raise ValueError(
-                f"{path}: tuning setting {name!r} takes overrides and batch_scale (and 'default' is implicit), "
-                f"got {spec!r}"
-            )
-        scale = spec.get("batch_scale", 1.0)
-        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale <= 16:
-            raise ValueError(f"{path}: tuning setting {name!r} batch_scale must lie in (0, 16], got {scale!r}")
-        settings.append(GridSetting(name=_name(name, path), overrides=strings(spec.get("overrides"),
-                                    f"tuning.settings.{name}.overrides"), batch_scale=float(scale)))  # fmt: skip
-    recommend, picks = raw.get("recommend", []), raw.get("picks", {})
-    if not isinstance(picks, dict) or any(not isinstance(v, list) or not v for v in picks.values()):
-        raise ValueError(f"{path}: tuning.picks must map a pick's name to a list of tuned methods, got {picks!r}")
-    for key, candidates in (("recommend", recommend), *((f"picks.{n}", v) for n, v in picks.items())):
-        if not isinstance(candidates, list) or set(candidates) - set(tuned):
-            raise ValueError(f"{path}: tuning.{key} must list tuned methods, got {candidates!r}")
-    return Tuning(seed=seed, methods=tuple(tuned), settings=tuple(settings), rule=rule, recommend=tuple(recommend),
-                  picks=tuple((_name(n, path), tuple(v)) for n, v in picks.items()), split=split)  # fmt: skip
-
-
-def _name(name: object, path: Path) -> str:
-    text = str(name)
-    if not text or any(c in text for c in "/\\ ") or text.startswith("."):
-        raise ValueError(f"{path}: {text!r} is not a usable name (no spaces, slashes or leading dot)")
-    return text
-
-
-
 __all__ = [
     "FAMILIES",
     "POOLS",
     "REGIMES",
-    "TUNING_RULES",
     "Attribution",
     "AttributionRow",
     "Grid",
     "GridMethod",
-    "GridSetting",
     "GridTask",
-    "Tuning",
     "load_grid",
 ]
