@@ -20,33 +20,10 @@ from v05.grid import selection as sel
 from v05.grid.cells import Cell
 from v05.grid.spec import Grid
 from v05.grid.store import is_finished
+from v05.grid.text import ci_text, fmt, points, ratio
 from v05.grid.tuning import RECOMMEND_RULE
 from v05.report.html import write_report
 from v05.report.runs import load_run
-
-
-def _fmt(value: float | None, spec: str = ".3f", *, never: str = "never") -> str:
-    return never if value is None else format(value, spec)
-
-
-def _ratio_text(value: float | None) -> str:
-    return "never" if value is None else f"{value:.2f}×"
-
-
-def _points_ci(mean: float | None, ci: list[float] | None, se: float | None = None) -> str:
-    """A paired difference in points with its 95 % interval (``± SE``, labelled, where a JSON predates the CI)."""
-    if mean is None:
-        return "—"
-    if ci is not None:
-        return f"{100 * mean:+.1f} [{100 * ci[0]:+.1f}, {100 * ci[1]:+.1f}]"
-    return f"{100 * mean:+.1f}" + ("" if se is None else f" (± {100 * se:.1f} SE)")
-
-
-def _ci_text(ci: list[float | None] | None) -> str:
-    if ci is None:
-        return "—"
-    lo, hi = ci
-    return f"[{_fmt(lo, '.2f')}, {'never' if hi is None else format(hi, '.2f')}]"
 
 
 def _k_text(k: float | None) -> str:
@@ -101,24 +78,24 @@ def headline_rows(task: dict[str, Any]) -> list[list[str]]:
     tuned = tuned_any(task)
     for name, m in task["methods"].items():
         ci = m["final_ci95"]
-        final = f"{_fmt(m['final_mean'])} [{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci else _fmt(m["final_mean"])
+        final = f"{fmt(m['final_mean'])} [{fmt(ci[0])}, {fmt(ci[1])}]" if ci else fmt(m["final_mean"])
         rows.append(
             [
                 name + (" (ref)" if name == task["reference"] else ""),
                 m["family"],
                 str(len(m["seeds"])),
                 final,
-                _points_ci(m["paired_diff_mean"], m.get("paired_diff_ci95"), m["paired_diff_se"]),
-                f"{_ratio_text(m['rollout_ratio'])} {_ci_text(m['rollout_ratio_ci95'])}"
+                points(m["paired_diff_mean"], m.get("paired_diff_ci95"), m["paired_diff_se"]),
+                f"{ratio(m['rollout_ratio'])} {ci_text(m['rollout_ratio_ci95'])}"
                 if "rollout_ratio_ci95" in m
-                else _ratio_text(m["rollout_ratio"]),
-                f"{_ratio_text(m['rollout_ratio_gain90'])} {_ci_text(m['rollout_ratio_gain90_ci95'])}",
-                f"{_ratio_text(m.get('rollout_ratio_tail10'))} {_ci_text(m.get('rollout_ratio_tail10_ci95'))}",
-                _ratio_text(m["compute_ratio"]),
-                _ratio_text(m.get("compute_ratio_user")) + _RECOUNT_MARK.get(m.get("compute_user_recount") or "", ""),
-                _fmt(m["grad_norm_mean"]),
-                _fmt(m["entropy_final"]),
-                _fmt(m["rollouts_per_prompt"], ".2f"),
+                else ratio(m["rollout_ratio"]),
+                f"{ratio(m['rollout_ratio_gain90'])} {ci_text(m['rollout_ratio_gain90_ci95'])}",
+                f"{ratio(m.get('rollout_ratio_tail10'))} {ci_text(m.get('rollout_ratio_tail10_ci95'))}",
+                ratio(m["compute_ratio"]),
+                ratio(m.get("compute_ratio_user")) + _RECOUNT_MARK.get(m.get("compute_user_recount") or "", ""),
+                fmt(m["grad_norm_mean"]),
+                fmt(m["entropy_final"]),
+                fmt(m["rollouts_per_prompt"], ".2f"),
                 ran_text(m, tuned),
             ]
         )
@@ -390,14 +367,14 @@ def claims(results: dict[str, Any]) -> list[str]:
         if not v05:
             return "no V0.5-line method."
         n, m = max(v05, key=lambda nm: -math.inf if nm[1]["paired_diff_mean"] is None else nm[1]["paired_diff_mean"])
-        diff = _points_ci(m["paired_diff_mean"], m.get("paired_diff_ci95"), m["paired_diff_se"])
+        diff = points(m["paired_diff_mean"], m.get("paired_diff_ci95"), m["paired_diff_se"])
         untuned = ", untuned against a tuned reference" if tuned_any(t) and not m.get("setting") else ""
         return (
             f"best V0.5-line method `{n}` (picked after the fact{untuned}): {diff} points, rollouts ÷ ref "
-            f"{_ratio_text(m['rollout_ratio'])}, at 90 % of the gain {_ratio_text(m['rollout_ratio_gain90'])} "
-            f"{_ci_text(m['rollout_ratio_gain90_ci95'])}, compute ÷ ref {_ratio_text(m['compute_ratio'])} "
+            f"{ratio(m['rollout_ratio'])}, at 90 % of the gain {ratio(m['rollout_ratio_gain90'])} "
+            f"{ci_text(m['rollout_ratio_gain90_ci95'])}, compute ÷ ref {ratio(m['compute_ratio'])} "
             "(this trainer), "
-            f"{_ratio_text(m.get('compute_ratio_user'))} (TRL/verl user)."
+            f"{ratio(m.get('compute_ratio_user'))} (TRL/verl user)."
         )
 
     out.append(
@@ -575,13 +552,13 @@ def attribution_markdown(table: dict[str, Any] | None, task: dict[str, Any] | No
     ]
     mixed = False
     for row in table["rows"]:
-        diff = _points_ci(row["diff"], row.get("ci95")) if row["diff"] is not None else "pending"
-        ratio = _ratio_text(row["rollout_ratio"]) if row["diff"] is not None else "—"
+        diff = points(row["diff"], row.get("ci95")) if row["diff"] is not None else "pending"
+        reach = ratio(row["rollout_ratio"]) if row["diff"] is not None else "—"
         sides = [methods.get(row["method"], {}), methods.get(row["versus"], {})]
         flag = tuned and all(sides) and len({bool(m.get("setting")) for m in sides}) == 2
         mixed |= flag
         lines.append(f"| {row['factor']}{' †' if flag else ''} | {side(row['method'])} − {side(row['versus'])} | "
-                     f"{diff} | {row.get('n', '—')} | {ratio} |")  # fmt: skip
+                     f"{diff} | {row.get('n', '—')} | {reach} |")  # fmt: skip
     if mixed:
         lines += ["", "† an untuned method against a tuned one: the difference also holds the tuning's share."]
     h = table.get("headroom")
@@ -589,14 +566,14 @@ def attribution_markdown(table: dict[str, Any] | None, task: dict[str, Any] | No
         best = "no learned prior has finished" if h["best_learned"] is None else (
             f"the best learned prior, `{h['best_learned']}` (picked after the fact"
             f"{'' if h['best_learned'] not in methods else ', ' + ran_text(methods[h['best_learned']], tuned)}), "
-            f"{_points_ci(h['best_learned_diff'], h['best_learned_ci95'])}")  # fmt: skip
+            f"{points(h['best_learned_diff'], h['best_learned_ci95'])}")  # fmt: skip
         ci = h["oracle_ci95"]
         captured = (f"; it captures {h['captured']:.0%} of the oracle's gain" if h["captured"] is not None else
                     "" if h["best_learned"] is None or ci is None or ci[0] > 0 else
                     "; no share of the oracle's gain is quoted: that gain's interval reaches 0")  # fmt: skip
         status = {n: (f" ({ran_text(methods[n], tuned)})" if n in methods else "") for n in (h["control"], h["oracle"])}
         lines += ["", f"Headroom over `{h['control']}`{status[h['control']]}: the oracle `{h['oracle']}`"
-                      f"{status[h['oracle']]} {_points_ci(h['oracle_diff'], h['oracle_ci95'])} points; "
+                      f"{status[h['oracle']]} {points(h['oracle_diff'], h['oracle_ci95'])} points; "
                       f"{best}{captured}."]  # fmt: skip
     return [*lines, ""]
 
@@ -623,7 +600,7 @@ def tuning_markdown(grid: Grid, tuning: dict[str, Any] | None) -> list[str]:
         row = []
         for name in names:
             v = entry["settings"].get(name)
-            text = "pending" if v is None else f"{_fmt(v['score'])} ({_fmt(v['grad_norm_spike'], '.1f', never='—')})"
+            text = "pending" if v is None else f"{fmt(v['score'])} ({fmt(v['grad_norm_spike'], '.1f', never='—')})"
             row.append(f"**{text}**" if name == entry["chosen"] else text)
         lines.append(f"| {method} | " + " | ".join(row) + " |")
     return [*lines, ""]

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from v05.grid.text import points, ratio
 from v05.priors.spo import SpoProvider
 from v05.registry import ALLOCATORS
 from v05.report.plots import pyplot
@@ -149,15 +150,6 @@ def lead_rows(results: dict[str, Any], pick: str | None, spo: str = SPO_METHOD) 
     return rows
 
 
-def _ratio(value: float | None, ci: Sequence[float | None] | None = None) -> str:
-    if value is None:
-        return "never" if ci is not None else "pending"
-    text = f"{value:.2f}×"
-    if ci:
-        text += " [" + ", ".join("never" if c is None else f"{c:.2f}" for c in ci) + "]"
-    return text
-
-
 def lead_markdown(rows: Sequence[dict[str, Any]], pick: str | None) -> list[str]:
     """The results page's lead table from :func:`lead_rows` (the README quotes it)."""
     if not rows:
@@ -178,17 +170,19 @@ def lead_markdown(rows: Sequence[dict[str, Any]], pick: str | None) -> list[str]
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
+        pts = {k: points(r[k], r[f"{k}_ci95"], missing="pending") for k in (
+            "uniform", "bound", "pick", "spo", "pick_vs_spo", "pick_vs_offline")}  # fmt: skip
         share = "—" if r["share"] is None else f"{100 * r['share']:.0f} %"
         compute = " / ".join(
-            "pending" if c[0] is None and c[1] is None else f"{_ratio(c[0])}, {_ratio(c[1])}"
+            "pending" if c[0] is None and c[1] is None else ", ".join(ratio(v, missing="pending") for v in c)
             for c in (r["pick_compute"], r["spo_compute"])
         )
+        never = "pending" if r["pick_ratio_ci95"] is None else "never"
+        reach = ratio(r["pick_ratio"], r["pick_ratio_ci95"], missing=never)
         lines.append(
-            f"| {r['task']} ({r['pool'] or '—'}) | {_points(r['uniform'], r['uniform_ci95'])} "
-            f"| {_points(r['bound'], r['bound_ci95'])} | {_points(r['pick'], r['pick_ci95'])} | {share} "
-            f"| {_points(r['spo'], r['spo_ci95'])} | {_points(r['pick_vs_spo'], r['pick_vs_spo_ci95'])} "
-            f"| {_points(r['pick_vs_offline'], r['pick_vs_offline_ci95']) if r['offline_run'] else 'not run'} "
-            f"| {_ratio(r['pick_ratio'], r['pick_ratio_ci95'])} / {_ratio(r['spo_ratio'])} | {compute} |"
+            f"| {r['task']} ({r['pool'] or '—'}) | {pts['uniform']} | {pts['bound']} | {pts['pick']} | {share} "
+            f"| {pts['spo']} | {pts['pick_vs_spo']} | {pts['pick_vs_offline'] if r['offline_run'] else 'not run'} "
+            f"| {reach} / {ratio(r['spo_ratio'], missing='pending')} | {compute} |"
         )
     return [*lines, ""]
 
@@ -247,23 +241,16 @@ def cold_start_markdown(rows: Sequence[dict[str, Any]]) -> list[str]:
         init = "pending" if r["init"] is None else f"{r['init']:,.0f}"
         if r["run"]:
             reach = f"{r['reach']:,.0f}" if r["reach"] is not None else f"not reached in {r['budget']:,}"
-            ratio = "—" if r["ratio"] is None else f"{r['ratio']:.2f}×"
+            times = ratio(r["ratio"], missing="—")
         else:
             reach = "pending" if r["init"] is None else f"≥ {r['init']:,.0f} (not run)"
-            ratio = "pending" if r["ratio"] is None else f"≥ {r['ratio']:.1f}×"
+            times = "pending" if r["ratio"] is None else f"≥ {r['ratio']:.1f}×"
             if r["init"] is not None and r["budget"]:
                 init += f" ({r['init'] / r['budget']:.1f}× the budget)"
-        user = "—" if r["compute_user"] is None else f"{r['compute_user']:.2f}×"
+        user = ratio(r["compute_user"], missing="—")
         share = "—" if r["prior_compute"] is None else f"{100 * r['prior_compute']:.1f} %"
-        lines.append(f"| {r['task']} | `{r['method']}` | {init} | {reach} | {ratio} | {user} | {share} |")
+        lines.append(f"| {r['task']} | `{r['method']}` | {init} | {reach} | {times} | {user} | {share} |")
     return [*lines, ""]
-
-
-def _points(value: float | None, ci: Sequence[float] | None) -> str:
-    if value is None:
-        return "pending"
-    text = f"{100 * value:+.1f}"
-    return text if not ci else f"{text} [{100 * ci[0]:+.1f}, {100 * ci[1]:+.1f}]"
 
 
 def headroom_markdown(rows: Sequence[dict[str, Any]], figure: str | None) -> list[str]:
@@ -283,8 +270,8 @@ def headroom_markdown(rows: Sequence[dict[str, Any]], figure: str | None) -> lis
     ]
     for r in rows:
         var = "pending" if r["var"] is None else f"{r['var']:.4f}"
-        best = "pending" if r["best"] is None else f"`{r['best']}` {_points(r['best_diff'], r['best_ci95'])}"
-        oracle = _points(r["oracle"], r["oracle_ci95"])
+        best = "pending" if r["best"] is None else f"`{r['best']}` {points(r['best_diff'], r['best_ci95'])}"
+        oracle = points(r["oracle"], r["oracle_ci95"], missing="pending")
         lines.append(f"| {r['task']} | {r['pool'] or '—'} | {var} | {oracle} | {best} |")
     return [*lines, ""]
 
