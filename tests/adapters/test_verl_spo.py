@@ -285,3 +285,68 @@ def test_spo_settings_verl_cannot_honour_are_refused(harness, tmp_path):
     no_pool = [o for o in base if not o.startswith("data.gen_batch_size")]
     for extra, pool in (([], 4 * BATCH), (["+algorithm.v05.allocator_options.pool_factor=3"], 3 * BATCH)):
         assert trainer_class()(h.verl_config(*no_pool, *extra)).v05_pool_size == pool
+
+
+@pytest.mark.parametrize("provider", ["history", "combined"])
+def test_prior_select_with_a_learned_prior_trains_in_verls_fit_loop(harness, tmp_path, monkeypatch, provider):
+    """The launch script's EB1 (``v05_eb`` at one rollout per prompt, ±1 rewards, the bare question as the prior's
+    text) with ``+algorithm.v05.allocator=prior_select`` and a learned prior the selection grid's pick may be (the
+    prompt's history; combined, which reads the question's text): three steps of verl's fit loop, 4 prompts a step
+    from 8 candidates (``data.gen_batch_size``). Each step the round's allocator (a spy on ``Round.allocate``) sees
+    the 8 candidates with the provider's pass rates and n0, draws prior_select's choice on them written out here
+    (:func:`select_draw`: a mutation of the draw, the pool or the prior it reads goes red), exactly the drawn prompts
+    reach the actor, one rollout each, each with its candidate's prior in ``extra_info``; by step 3 the priors have
+    moved off their common start, and every candidate's prior and n0 are those of the same provider hand-fed the
+    rewards the actor received (the pool's own keys and questions: a prior read for other prompts goes red); the
+    checkpoint restores the provider."""
+    h, tq = harness
+    from v05.priors import group_outcomes, make_provider
+
+    scripted = ("+algorithm.v05.", "actor_rollout_ref.", "algorithm.adv_estimator", "data.", "trainer.v1.trainer_mode")
+    test_only = [o for o in h.trainer_overrides(tmp_path, "v05_eb") if not o.startswith(scripted)]
+    replaced = ("data.", "actor_rollout_ref.actor.ppo_mini_batch_size", "+algorithm.v05.allocator=",
+                "+algorithm.v05.provider=")  # fmt: skip
+    script = [o for o in h.launch_arrays()["EB1"] if not o.startswith(replaced)]
+    overrides = [*test_only, *script, f"data.train_batch_size={BATCH}", f"data.gen_batch_size={POOL}",
+                 f"actor_rollout_ref.actor.ppo_mini_batch_size={BATCH}", "+algorithm.v05.allocator=prior_select",
+                 f"+algorithm.v05.provider={provider}"]  # fmt: skip
+    trainer, worker = h.build_trainer(h.verl_config(*overrides), tq, PASS_RATES)
+    assert trainer.v05_pool_size == POOL
+    allocations = []
+    real_allocate = trainer.v05_round.allocate
+
+    def spy(sample, **kw):
+        alloc = real_allocate(sample, **kw)
+        prior = kw["prior"]
+        allocations.append((list(kw["keys"]), np.array(prior.pass_rate), np.broadcast_to(prior.n0, (POOL,)), alloc))
+        return alloc
+
+    monkeypatch.setattr(trainer.v05_round, "allocate", spy)
+    trainer.fit(h.AgentLoopManager(worker))
+    updates = trainer.actor_rollout_wg.updates
+    assert len(updates) == len(allocations) == 3
+    for step, (update, (pool_keys, pool_p, n0, alloc)) in enumerate(zip(updates, allocations, strict=True), start=1):
+        assert len(pool_keys) == POOL > BATCH == alloc.counts.sum() and set(alloc.counts) <= {0, 1}
+        drawn = set(np.flatnonzero(alloc.counts).tolist())
+        assert drawn == select_draw(pool_p, n0, step)
+        real = np.array([not u.startswith("pad") for u in update["uid"]])
+        infos = [update["extra_info"][i] for i in np.flatnonzero(real)]
+        keys = [info["v05_key"] for info in infos]
+        assert len(set(keys)) == len(keys) == BATCH and sorted(keys) == sorted(pool_keys[i] for i in drawn)
+        by_key = dict(zip(pool_keys, pool_p, strict=True))
+        np.testing.assert_allclose([info["v05_prior"] for info in infos], [by_key[k] for k in keys], atol=1e-12)
+    assert np.ptp(allocations[0][1]) < 1e-12 < np.ptp(allocations[2][1])  # one start for all, then learned
+    hand = make_provider(provider, **trainer.v05_config.provider_options)  # fed what the actor received
+    for (pool_keys, pool_p, n0, _), update in zip(allocations, updates, strict=True):
+        texts = [f"question {k}" for k in pool_keys]  # the dataset's bare question (extra_info["question"])
+        expected = hand.predict(pool_keys, texts)
+        np.testing.assert_allclose(pool_p, (expected.mean + 1.0) / 2.0, atol=1e-9)
+        np.testing.assert_allclose(n0, np.broadcast_to(expected.n0, (POOL,)), atol=1e-9)
+        real = np.array([not u.startswith("pad") for u in update["uid"]])
+        keys = [update["extra_info"][i]["v05_key"] for i in np.flatnonzero(real)]
+        hand.update(keys, [f"question {k}" for k in keys],
+                    *group_outcomes(update["reward"][real], np.arange(len(keys)), reward_range="pm1"))  # fmt: skip
+    saved = json.loads((tmp_path / "global_step_3" / "v05_state.json").read_text())["provider"]
+    resumed, _ = h.build_trainer(h.verl_config(*overrides), tq, PASS_RATES)
+    resumed._load_checkpoint()
+    assert json.loads(json.dumps(resumed.v05_provider.state_dict())) == saved
