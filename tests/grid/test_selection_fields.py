@@ -18,6 +18,8 @@ from v05.grid.selection import (
     picked_selector,
     plot_headroom,
     pool_pass_rate_var,
+    target_rows,
+    targets_markdown,
 )
 from v05.grid.spec import Attribution, AttributionRow
 
@@ -157,3 +159,35 @@ def test_the_lead_table_by_hand():
     pending = "\n".join(lead_markdown(lead_rows(results, None), None))
     assert "| pending | — |" in pending and "pending / 0.70×" in pending
     assert lead_markdown([], None) == []
+
+
+def test_the_targets_by_hand():
+    """Issue 42's targets from lead rows: share ≥ ½ with the pick's interval above 0; no loss (the interval's upper
+    end ≥ 0); rollouts ≤ 0.4× with the bootstrap's upper end ≤ 0.55 (an end never reached fails); the user's compute
+    ≤ 0.7×; beats SPO by ≥ +1 point with its interval above 0, against spo_offline where it ran and spo on a fresh
+    pool, not judged on a revisited one; on an easy setting only "no loss" is judged."""
+    base = {"pool": "mixed", "share": 0.5, "pick_ci95": [0.012, 0.02], "pick_ratio": 0.35,
+            "pick_ratio_ci95": [0.3, 0.5], "pick_compute": (0.6, 0.45), "offline_run": True,
+            "pick_vs_offline": 0.03, "pick_vs_offline_ci95": [0.02, 0.04], "pick_vs_spo": 0.005,
+            "pick_vs_spo_ci95": [0.0, 0.01]}  # fmt: skip
+    rows = [
+        {**base, "task": "all"},
+        {**base, "task": "miss", "share": 0.49, "pick_ratio_ci95": [0.3, None], "pick_compute": (0.6, 0.71),
+         "pick_vs_offline": 0.009},
+        {**base, "task": "fresh", "pool": "fresh", "offline_run": False, "pick_ci95": [-0.03, -0.001],
+         "pick_ratio": 0.41, "share": None},
+        {**base, "task": "rev", "pool": "revisited", "pick_vs_offline": -0.05},
+        {**base, "task": "easy", "pick_ci95": [-0.01, 0.01]},
+    ]  # fmt: skip
+    regimes = {"all": "hard", "miss": "hard", "fresh": "hard", "rev": "hard", "easy": "easy"}
+    got = {r["task"]: r for r in target_rows(rows, regimes)}
+    keys = ("share", "no_loss", "rollouts", "compute", "beats_spo")
+    assert [got["all"][k] for k in keys] == [True, True, True, True, True]
+    assert got["all"]["beats_spo_versus"] == "spo_offline"
+    assert [got["miss"][k] for k in keys] == [False, True, False, False, False]
+    assert [got["fresh"][k] for k in keys] == [None, False, False, True, False]  # spo: +0.5 < +1 point
+    assert got["fresh"]["beats_spo_versus"] == "spo"
+    assert got["rev"]["beats_spo"] is None and [got["easy"][k] for k in keys] == [None, True, None, None, None]
+    text = "\n".join(targets_markdown(list(got.values())))
+    assert "| all (mixed) | met | met | met | met | met |" in text and "| easy (mixed) | — | met | — | — | — |" in text
+    assert "share 2 of 3 judged; no_loss 4 of 5 judged" in text and targets_markdown([]) == []

@@ -187,6 +187,71 @@ def lead_markdown(rows: Sequence[dict[str, Any]], pick: str | None) -> list[str]
     return [*lines, ""]
 
 
+TARGETS = (
+    ("share", "takes ≥ ½ of the oracle's headroom, its interval above 0 (≥ 4 of the 6 hard settings)"),
+    ("no_loss", "never loses to uniform k = 1 beyond the noise (its interval not below 0)"),
+    ("rollouts", "reaches GRPO k = 4's final with ≤ 0.4× its rollouts, the interval's upper end ≤ 0.55"),
+    ("compute", "… with ≤ 0.7× its compute as a TRL/verl user pays it"),
+    ("beats_spo", "beats SPO at equal total rollouts by ≥ +1 point, its interval above 0 (fresh and mixed pools)"),
+)
+"""Issue 42's targets for the picked learned selector, each judged per task setting by :func:`target_rows`."""
+
+
+def target_rows(rows: Sequence[dict[str, Any]], regimes: dict[str, str]) -> list[dict[str, Any]]:
+    """Each setting's verdict on each of :data:`TARGETS` from the lead rows: True (met), False, or None.
+
+    The targets are the hard settings' (``regimes``); on an easy one only ``no_loss`` is judged.
+
+    None: not applicable (``share`` where the bound's interval reaches 0, ``beats_spo`` on a revisited pool) or not
+    measured yet. ``beats_spo`` is ``pick − spo_offline`` where SPO's offline init runs (the mixed pools; equal total
+    rollouts, its init counted) and ``pick − spo`` on the fresh pools, where the init (8 × the pool) exceeds the
+    budget, so SPO at equal total rollouts would not have trained at all: the stricter reading, against SPO without
+    it. Thresholds as fractions (+1 point = 0.01); an interval end None (never reached) fails a bound on it.
+    """
+    out = []
+    for r in rows:
+        ci = r["pick_ci95"]
+        no_loss = None if ci is None else ci[1] >= 0
+        if regimes.get(r["task"]) != "hard":  # the easy setting: only "never loses" applies
+            out.append({"task": r["task"], "pool": r["pool"], **dict.fromkeys(k for k, _ in TARGETS),
+                        "no_loss": no_loss, "beats_spo_versus": None})  # fmt: skip
+            continue
+        share = None if r["share"] is None or ci is None else r["share"] >= 0.5 and ci[0] > 0
+        reach, reach_ci = r["pick_ratio"], r["pick_ratio_ci95"]
+        rollouts = None if reach_ci is None else (reach is not None and reach <= 0.4 and reach_ci[1] is not None
+                                                  and reach_ci[1] <= 0.55)  # fmt: skip
+        user = r["pick_compute"][1]
+        compute = None if reach_ci is None else user is not None and user <= 0.7
+        key = "pick_vs_offline" if r["offline_run"] else "pick_vs_spo"
+        diff, diff_ci = r[key], r[f"{key}_ci95"]
+        beats = None if r["pool"] == "revisited" or diff is None or diff_ci is None else diff >= 0.01 and diff_ci[0] > 0
+        versus = SPO_OFFLINE_METHOD if r["offline_run"] else SPO_METHOD
+        out.append({"task": r["task"], "pool": r["pool"], "share": share, "no_loss": no_loss, "rollouts": rollouts,
+                    "compute": compute, "beats_spo": beats, "beats_spo_versus": versus})  # fmt: skip
+    return out
+
+
+def targets_markdown(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """The results page's verdict per setting on each of :data:`TARGETS` (the rule is written on the page)."""
+    if not rows:
+        return []
+    mark = {True: "met", False: "**missed**", None: "—"}
+    lines = ["## Targets for the picked selector (issue 42), per setting", "",
+             "Judged from the lead table by a rule fixed before the comparison seeds ran "
+             "(`v05.grid.selection.target_rows`; the targets are the hard settings', only the second applies to the "
+             "easy one): —: not applicable or not measured yet. Beating SPO reads "
+             "`spo_offline` where its init runs (equal total rollouts) and `spo` on the fresh pools, where the init "
+             "alone exceeds the budget.", "",
+             "| task setting (pool) | " + " | ".join(text for _, text in TARGETS) + " |",
+             "|---|" + "---|" * len(TARGETS)]  # fmt: skip
+    for r in rows:
+        lines.append(f"| {r['task']} ({r['pool'] or '—'}) | " + " | ".join(mark[r[k]] for k, _ in TARGETS) + " |")
+    met = {k: sum(r[k] is True for r in rows) for k, _ in TARGETS}
+    known = {k: sum(r[k] is not None for r in rows) for k, _ in TARGETS}
+    lines += ["", "Met: " + "; ".join(f"{k} {met[k]} of {known[k]} judged" for k, _ in TARGETS) + ".", ""]
+    return lines
+
+
 def cold_start_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
     """The cold start on the fresh pools (issue 42): what each method paid to reach the reference's final.
 
@@ -316,6 +381,7 @@ __all__ = [
     "SELECTOR_PICK",
     "SPO_METHOD",
     "SPO_OFFLINE_METHOD",
+    "TARGETS",
     "add_selection_fields",
     "cold_start_markdown",
     "cold_start_rows",
@@ -327,4 +393,6 @@ __all__ = [
     "picked_selector",
     "pool_pass_rate_var",
     "selects",
+    "target_rows",
+    "targets_markdown",
 ]
