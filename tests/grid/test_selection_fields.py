@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.grid._grids import fake_run, task_of
+from v05.grid.render import README_BEGIN, README_END, readme_section
 from v05.grid.results import attribution_results
 from v05.grid.selection import (
     OFFLINE_N,
@@ -156,6 +157,10 @@ def test_the_lead_table_by_hand():
             "| +1.2 [+0.4, +2.0] | +3.0 [+2.0, +4.0] | 0.35× [0.30, never] / 0.70× "
             "| 0.60×, 0.45× / 1.20×, 0.90× |") in text
     assert "| +1.2 [+0.4, +2.0] | not run | 0.35×" in text  # f: no spo_offline row (a fresh pool's)
+    readme = readme_section(results, {"command": "v05 bench matrix s.yaml", "hardware": "2 CPU cores"}, "s.md")
+    assert readme.startswith(README_BEGIN) and readme.endswith(README_END) and "[s.md](s.md)" in readme
+    assert "\n### The lead table" in readme and "\n### Targets for the picked selector" in readme  # the README's level
+    assert "| m (mixed) | +2.1 [+0.3, +4.0] | +3.2 [+2.0, +4.4] |" in readme and "| m (mixed) | — | " in readme
     pending = "\n".join(lead_markdown(lead_rows(results, None), None))
     assert "| pending | — |" in pending and "pending / 0.70×" in pending
     assert lead_markdown([], None) == []

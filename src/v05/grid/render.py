@@ -418,6 +418,13 @@ def methods_markdown(grid: Grid) -> list[str]:
     return [*lines, ""]
 
 
+def _selection_lead(results: dict[str, Any], heading: str) -> list[str]:
+    """The selection grid's lead table and the targets' verdicts under ``heading``; nothing in another grid."""
+    lead = sel.lead_rows(results, pick := sel.picked_selector(results))
+    regimes = {n: t.get("regime", "") for n, t in results["tasks"].items()}
+    return [*sel.lead_markdown(lead, pick, heading), *sel.targets_markdown(sel.target_rows(lead, regimes), heading)]
+
+
 def results_markdown(grid: Grid, results: dict[str, Any], meta: dict[str, Any], *, figure: str | None = None) -> str:
     """``docs/results.md``: hardware, wall time and command, the protocol, one table per task setting, the claims.
 
@@ -456,8 +463,7 @@ def results_markdown(grid: Grid, results: dict[str, Any], meta: dict[str, Any], 
         f"- Grid file: `{grid.path.as_posix()}`; seeds {', '.join(map(str, grid.seeds))}; "
         f"reference `{grid.reference}`.",
         "",
-        *sel.lead_markdown(lead := sel.lead_rows(results, pick := sel.picked_selector(results)), pick),
-        *sel.targets_markdown(sel.target_rows(lead, {n: t.get("regime", "") for n, t in results["tasks"].items()})),
+        *_selection_lead(results, "##"),
         "## Protocol",
         "",
         protocol_markdown(grid, results),
@@ -608,13 +614,19 @@ def tuning_markdown(grid: Grid, tuning: dict[str, Any] | None) -> list[str]:
 
 
 def readme_section(results: dict[str, Any], meta: dict[str, Any], doc: str) -> str:
-    """The README's results section: the headline table per task setting and a pointer to ``doc``."""
+    """The README's results section: the headline table per task setting and a pointer to ``doc``.
+
+    A grid whose oracle selects (the selection grid) gives its lead table and the targets' verdicts instead
+    (:mod:`v05.grid.selection`), a heading level below the README's section that holds them.
+    """
     lines = [
         README_BEGIN,
         "",
         f"From `{meta['command']}` ({meta['hardware']}; all numbers and the paper's claims in [{doc}]({doc})).",
         "",
     ]
+    if lead := _selection_lead(results, "###"):
+        return "\n".join([*lines, *lead, README_END])
     for name, t in results["tasks"].items():
         lines += [
             f"**{name}** ({t['regime']}: warm start {t['warm_start_eval']:.3f}, {t['budget_rollouts']:,} "

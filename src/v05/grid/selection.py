@@ -150,13 +150,13 @@ def lead_rows(results: dict[str, Any], pick: str | None, spo: str = SPO_METHOD) 
     return rows
 
 
-def lead_markdown(rows: Sequence[dict[str, Any]], pick: str | None) -> list[str]:
-    """The results page's lead table from :func:`lead_rows` (the README quotes it)."""
+def lead_markdown(rows: Sequence[dict[str, Any]], pick: str | None, heading: str = "##") -> list[str]:
+    """The results page's lead table from :func:`lead_rows` (the README's, one ``heading`` level down)."""
     if not rows:
         return []
     name = "pending" if pick is None else f"`{pick}`"
     lines = [
-        "## The lead table: selection beside SPO and GRPO k = 4",
+        f"{heading} The lead table: selection beside SPO and GRPO k = 4",
         "",
         f"The picked learned selector ({name}, by the grid's `selector` pick below) against uniform k = 1 with the "
         "running mean, the oracle's selection (the bound) and SPO; points paired over the run with 95 % t-intervals "
@@ -231,12 +231,12 @@ def target_rows(rows: Sequence[dict[str, Any]], regimes: dict[str, str]) -> list
     return out
 
 
-def targets_markdown(rows: Sequence[dict[str, Any]]) -> list[str]:
+def targets_markdown(rows: Sequence[dict[str, Any]], heading: str = "##") -> list[str]:
     """The results page's verdict per setting on each of :data:`TARGETS` (the rule is written on the page)."""
     if not rows:
         return []
     mark = {True: "met", False: "**missed**", None: "—"}
-    lines = ["## Targets for the picked selector (issue 42), per setting", "",
+    lines = [f"{heading} Targets for the picked selector (issue 42), per setting", "",
              "Judged from the lead table by a rule fixed before the comparison seeds ran "
              "(`v05.grid.selection.target_rows`; the targets are the hard settings', only the second applies to the "
              "easy one): —: not applicable or not measured yet. Beating SPO reads "
