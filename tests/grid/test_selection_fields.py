@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.grid._grids import fake_run, task_of
+from v05.grid.lead import lead_markdown, lead_rows, picked_selector, target_rows, targets_markdown
 from v05.grid.render import README_BEGIN, README_END, readme_section
 from v05.grid.results import attribution_results
 from v05.grid.selection import (
@@ -14,13 +15,8 @@ from v05.grid.selection import (
     cold_start_rows,
     headroom_markdown,
     headroom_rows,
-    lead_markdown,
-    lead_rows,
-    picked_selector,
     plot_headroom,
     pool_pass_rate_var,
-    target_rows,
-    targets_markdown,
 )
 from v05.grid.spec import Attribution, AttributionRow
 
@@ -42,12 +38,13 @@ def _groups(oracle_allocator: str) -> dict:
 def test_the_selection_fields_by_hand():
     """pass_rate_var: seed 0's steps average 0.03, seed 1's 0.05, so 0.04 (the steps' last values would give 0.03, the
     first 0.05); the headroom is the attribution's oracle − uniform difference, above 0 here; vs_uniform_* are the
-    control pairing; tuned follows the cell's setting."""
+    control pairing; tuned follows the cell's setting; pool_prior_var is each method's own (none logged by the
+    uniform runs)."""
     groups = _groups("prior_select")
     task = task_of(groups, control="uniform_rm")
     task["methods"]["uniform_rm"]["setting"] = "batch-double"
     head = attribution_results(SPEC, groups)["headroom"]
-    out = add_selection_fields(task, head, groups["sel_oracle"])
+    out = add_selection_fields(task, head, groups, "sel_oracle")
     assert out["pass_rate_var"] == pytest.approx(0.04)
     assert out["pool_size"] is None  # the oracle's runs logged no pool_size
     assert out["oracle_selection_headroom"] == pytest.approx(head["oracle_diff"]) and head["oracle_diff"] > 0
@@ -56,6 +53,7 @@ def test_the_selection_fields_by_hand():
     assert (m["uniform_rm"]["tuned"], m["sel_oracle"]["tuned"]) == (True, False)
     assert m["sel_oracle"]["vs_uniform_diff"] == m["sel_oracle"]["vs_running_mean_diff"]
     assert m["sel_oracle"]["vs_uniform_diff"] == pytest.approx(head["oracle_diff"])
+    assert m["sel_oracle"]["pool_prior_var"] == pytest.approx(0.04) and m["uniform_rm"]["pool_prior_var"] is None
 
 
 def test_an_oracle_that_does_not_select_gives_no_selection_headroom():
@@ -63,31 +61,35 @@ def test_an_oracle_that_does_not_select_gives_no_selection_headroom():
     task gets none of the fields; runs that never logged pool_prior_var give None."""
     groups = _groups("fixed")
     task = task_of(groups, control="uniform_rm")
-    out = add_selection_fields(task, attribution_results(SPEC, groups)["headroom"], groups["sel_oracle"])
+    out = add_selection_fields(task, attribution_results(SPEC, groups)["headroom"], groups, "sel_oracle")
     assert "oracle_selection_headroom" not in out and "pass_rate_var" not in out
     assert pool_pass_rate_var(groups["uniform_rm"]) is None
 
 
 def test_the_headroom_section_and_figure(tmp_path):
     """The page's section lists each task setting with the fields (Var(p) to 4 places, the headroom and the best
-    learned selector in points with their 95 % intervals; "pending" where a part has not run) and links the figure;
+    learned selector in points with their 95 % intervals, each learned selector's spread of p and its share of Var(p);
+    "pending" where a part has not run) and links the figure;
     the figure is written once a setting has both Var(p) and the headroom, and not before."""
     results = {
         "tasks": {
             "a": {"pool": "mixed", "pass_rate_var": 0.0612, "oracle_selection_headroom": 0.034,
-                  "oracle_selection_headroom_ci95": [0.03, 0.038]},
+                  "oracle_selection_headroom_ci95": [0.03, 0.038],
+                  "methods": {"sel_combined": {"pool_prior_var": 0.0306}, "sel_history": {"pool_prior_var": None}}},
             "b": {"pool": "fresh", "pass_rate_var": None, "oracle_selection_headroom": None,
-                  "oracle_selection_headroom_ci95": None},
+                  "oracle_selection_headroom_ci95": None, "methods": {}},
             "c": {"pool": "revisited"},  # no oracle that selects: not a row
         },
         "attribution": {"a": {"headroom": {"best_learned": "sel_combined", "best_learned_diff": 0.016,
-                                           "best_learned_ci95": [0.012, 0.02]}}},
+                                           "best_learned_ci95": [0.012, 0.02],
+                                           "learned": ["sel_history", "sel_combined"]}}},
     }  # fmt: skip
     rows = headroom_rows(results)
     assert [r["task"] for r in rows] == ["a", "b"]
     text = "\n".join(headroom_markdown(rows, "x-headroom.png"))
-    assert "| a | mixed | 0.0612 | +3.4 [+3.0, +3.8] | `sel_combined` +1.6 [+1.2, +2.0] |" in text
-    assert "| b | fresh | pending | pending | pending |" in text and "](x-headroom.png)" in text
+    assert ("| a | mixed | 0.0612 | +3.4 [+3.0, +3.8] | `sel_combined` +1.6 [+1.2, +2.0] "
+            "| `sel_combined` 0.0306 (50 %) |") in text  # sel_history logged no spread: left out
+    assert "| b | fresh | pending | pending | pending | pending |" in text and "](x-headroom.png)" in text
     assert plot_headroom(rows[1:], tmp_path / "none.png") is None and not (tmp_path / "none.png").exists()
     out = plot_headroom(rows, tmp_path / "h.png")
     assert out == tmp_path / "h.png" and out.stat().st_size > 1000
@@ -103,7 +105,7 @@ def test_the_cold_start_rows_by_hand():
     for run in groups["sel_oracle"]:
         run.metrics[0]["pool_size"] = 40000
     fresh = add_selection_fields(task_of(groups, control="uniform_rm"), attribution_results(SPEC, groups)["headroom"],
-                                 groups["sel_oracle"])  # fmt: skip
+                                 groups, "sel_oracle")  # fmt: skip
     assert fresh["pool_size"] == 40000
     fresh |= {"pool": "fresh", "budget_rollouts": 38400}
     fresh["methods"]["grpo4"]["rollouts_to_reference_final"] = 30000.0

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from v05.grid import lead
 from v05.grid import selection as sel
 from v05.grid.cells import Cell
 from v05.grid.spec import Grid
@@ -420,9 +421,9 @@ def methods_markdown(grid: Grid) -> list[str]:
 
 def _selection_lead(results: dict[str, Any], heading: str) -> list[str]:
     """The selection grid's lead table and the targets' verdicts under ``heading``; nothing in another grid."""
-    lead = sel.lead_rows(results, pick := sel.picked_selector(results))
+    rows = lead.lead_rows(results, pick := lead.picked_selector(results))
     regimes = {n: t.get("regime", "") for n, t in results["tasks"].items()}
-    return [*sel.lead_markdown(lead, pick, heading), *sel.targets_markdown(sel.target_rows(lead, regimes), heading)]
+    return [*lead.lead_markdown(rows, pick, heading), *lead.targets_markdown(lead.target_rows(rows, regimes), heading)]
 
 
 def results_markdown(grid: Grid, results: dict[str, Any], meta: dict[str, Any], *, figure: str | None = None) -> str:
@@ -617,7 +618,7 @@ def readme_section(results: dict[str, Any], meta: dict[str, Any], doc: str) -> s
     """The README's results section: the headline table per task setting and a pointer to ``doc``.
 
     A grid whose oracle selects (the selection grid) gives its lead table and the targets' verdicts instead
-    (:mod:`v05.grid.selection`), a heading level below the README's section that holds them.
+    (:mod:`v05.grid.lead`), a heading level below the README's section that holds them.
     """
     lines = [
         README_BEGIN,
@@ -625,8 +626,8 @@ def readme_section(results: dict[str, Any], meta: dict[str, Any], doc: str) -> s
         f"From `{meta['command']}` ({meta['hardware']}; all numbers and the paper's claims in [{doc}]({doc})).",
         "",
     ]
-    if lead := _selection_lead(results, "###"):
-        return "\n".join([*lines, *lead, README_END])
+    if section := _selection_lead(results, "###"):
+        return "\n".join([*lines, *section, README_END])
     for name, t in results["tasks"].items():
         lines += [
             f"**{name}** ({t['regime']}: warm start {t['warm_start_eval']:.3f}, {t['budget_rollouts']:,} "

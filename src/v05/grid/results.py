@@ -237,7 +237,7 @@ def matrix_results(
             entry["setting"] = settings.get(name)
         if grid.attribution is not None and grid.attribution.oracle is not None:
             headroom = attribution[task.name]["headroom"]
-            add_selection_fields(tasks[task.name], headroom, groups.get(grid.attribution.oracle, []))
+            add_selection_fields(tasks[task.name], headroom, groups, grid.attribution.oracle)
         if grid.tuning is not None:
             tasks[task.name]["tuning"] = tuning_results(grid, [c for c in tune if c.task.name == task.name])
     return _nan_to_none({"grid": grid.name, "tasks": tasks, **({"attribution": attribution} if attribution else {}),
@@ -283,6 +283,7 @@ def attribution_results(
             "best_learned_diff": None if best is None else learned[best]["diff"],
             "best_learned_ci95": None if best is None else learned[best]["ci95"],
             "captured": captured,
+            "learned": list(spec.learned),
         }
     return {"rows": rows, "headroom": headroom}
 

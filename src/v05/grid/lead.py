@@ -1,0 +1,182 @@
+"""The selection grid's lead table (issue 42's README table) and its targets judged per task setting.
+
+From a results dict with the selection fields (:mod:`v05.grid.selection`): the picked learned selector (the tuning's
+``selector`` pick) against uniform k = 1, the oracle's selection (the bound), SPO with and without its offline init
+and GRPO k = 4 (:func:`lead_rows`), and the issue's targets for the pick judged per setting by a rule fixed before
+the comparison seeds ran (:func:`target_rows`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from v05.grid.text import points, ratio
+
+SELECTOR_PICK = "selector"
+"""The name of the selection grid's pick among its learned selectors (``tuning.picks``)."""
+
+
+def picked_selector(results: dict[str, Any]) -> str | None:
+    """The method of the grid's :data:`SELECTOR_PICK` pick, None until it is decided (or in a grid without one)."""
+    return ((results.get("picks") or {}).get(SELECTOR_PICK) or {}).get("method")
+
+
+SPO_METHOD, SPO_OFFLINE_METHOD = "spo", "spo_offline"
+"""The selection grid's SPO without and with its offline init (counted), which the lead table sets the pick against."""
+
+
+def lead_rows(results: dict[str, Any], pick: str | None, spo: str = SPO_METHOD) -> list[dict[str, Any]]:
+    """The lead table (issue 42's README table), per task setting with the selection fields.
+
+    Uniform k = 1 (the attribution's control) − the reference (GRPO k = 4); the oracle's selection headroom over
+    uniform (the bound); the picked learned selector ``pick`` − uniform and its share of the bound (only where the
+    bound's 95 % interval lies above 0); SPO − uniform; ``pick`` − SPO (the attribution row, paired); the rollouts
+    ``pick`` and SPO need to reach the reference's final ÷ the reference's own with the pick's 95 % interval, and
+    their compute ratios (this trainer's, a TRL/verl user's); ``pick`` − SPO with its offline init counted (at equal
+    total rollouts: the attribution row (pick, spo_offline); not run on the fresh pools, whose init would exceed the
+    budget). Fractions; None where a part has not run.
+    """
+    rows = []
+    for name, task in results["tasks"].items():
+        if "oracle_selection_headroom" not in task:
+            continue
+        methods = task["methods"]
+        attribution = results.get("attribution", {}).get(name) or {}
+        uniform = (attribution.get("headroom") or {}).get("control")
+        u, p, o = methods.get(uniform, {}), methods.get(pick, {}), methods.get(spo, {})
+        pairs = {(r["method"], r["versus"]): r for r in attribution.get("rows", [])}
+        versus, offline = pairs.get((pick, spo), {}), pairs.get((pick, SPO_OFFLINE_METHOD))
+        bound, bound_ci = task["oracle_selection_headroom"], task["oracle_selection_headroom_ci95"]
+        share = None
+        if bound and bound_ci and bound_ci[0] > 0 and p.get("vs_uniform_diff") is not None:
+            share = p["vs_uniform_diff"] / bound
+        rows.append({
+            "task": name, "pool": task.get("pool"),
+            "uniform": u.get("paired_diff_mean"), "uniform_ci95": u.get("paired_diff_ci95"),
+            "bound": bound, "bound_ci95": bound_ci,
+            "pick": p.get("vs_uniform_diff"), "pick_ci95": p.get("vs_uniform_ci95"), "share": share,
+            "spo": o.get("vs_uniform_diff"), "spo_ci95": o.get("vs_uniform_ci95"),
+            "pick_vs_spo": versus.get("diff"), "pick_vs_spo_ci95": versus.get("ci95"),
+            "offline_run": offline is not None,  # spo_offline runs on this setting (not on the fresh pools)
+            "pick_vs_offline": (offline or {}).get("diff"), "pick_vs_offline_ci95": (offline or {}).get("ci95"),
+            "pick_ratio": p.get("rollout_ratio"), "pick_ratio_ci95": p.get("rollout_ratio_ci95"),
+            "pick_compute": (p.get("compute_ratio"), p.get("compute_ratio_user")),
+            "spo_ratio": o.get("rollout_ratio"), "spo_compute": (o.get("compute_ratio"), o.get("compute_ratio_user")),
+        })  # fmt: skip
+    return rows
+
+
+def lead_markdown(rows: Sequence[dict[str, Any]], pick: str | None, heading: str = "##") -> list[str]:
+    """The results page's lead table from :func:`lead_rows` (the README's, one ``heading`` level down)."""
+    if not rows:
+        return []
+    name = "pending" if pick is None else f"`{pick}`"
+    lines = [
+        f"{heading} The lead table: selection beside SPO and GRPO k = 4",
+        "",
+        f"The picked learned selector ({name}, by the grid's `selector` pick below) against uniform k = 1 with the "
+        "running mean, the oracle's selection (the bound) and SPO; points paired over the run with 95 % t-intervals "
+        "over seeds; rollouts to GRPO k = 4's final ÷ its own with the paired percentile-bootstrap 95 % interval; "
+        "compute ÷ GRPO k = 4's as this trainer counts it and as a TRL/verl user pays it. Share of the bound: only "
+        "where the bound's interval lies above 0.",
+        "",
+        "| setting (pool) | uniform k = 1 − GRPO k = 4 | oracle selection − uniform (bound) | pick − uniform | "
+        "share of the bound | SPO − uniform | pick − SPO | pick − SPO with its offline init | "
+        "rollouts to GRPO's final: pick / SPO | compute ÷ GRPO (trainer, TRL/verl user): pick / SPO |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        pts = {k: points(r[k], r[f"{k}_ci95"], missing="pending") for k in (
+            "uniform", "bound", "pick", "spo", "pick_vs_spo", "pick_vs_offline")}  # fmt: skip
+        share = "—" if r["share"] is None else f"{100 * r['share']:.0f} %"
+        compute = " / ".join(
+            "pending" if c[0] is None and c[1] is None else ", ".join(ratio(v, missing="pending") for v in c)
+            for c in (r["pick_compute"], r["spo_compute"])
+        )
+        never = "pending" if r["pick_ratio_ci95"] is None else "never"
+        reach = ratio(r["pick_ratio"], r["pick_ratio_ci95"], missing=never)
+        lines.append(
+            f"| {r['task']} ({r['pool'] or '—'}) | {pts['uniform']} | {pts['bound']} | {pts['pick']} | {share} "
+            f"| {pts['spo']} | {pts['pick_vs_spo']} | {pts['pick_vs_offline'] if r['offline_run'] else 'not run'} "
+            f"| {reach} / {ratio(r['spo_ratio'], missing='pending')} | {compute} |"
+        )
+    return [*lines, ""]
+
+
+TARGETS = (
+    ("share", "takes ≥ ½ of the oracle's headroom, its interval above 0 (≥ 4 of the 6 hard settings)"),
+    ("no_loss", "never loses to uniform k = 1 beyond the noise (its interval not below 0)"),
+    ("rollouts", "reaches GRPO k = 4's final with ≤ 0.4× its rollouts, the interval's upper end ≤ 0.55"),
+    ("compute", "… with ≤ 0.7× its compute as a TRL/verl user pays it"),
+    ("beats_spo", "beats SPO at equal total rollouts by ≥ +1 point, its interval above 0 (fresh and mixed pools)"),
+)
+"""Issue 42's targets for the picked learned selector, each judged per task setting by :func:`target_rows`."""
+
+
+def target_rows(rows: Sequence[dict[str, Any]], regimes: dict[str, str]) -> list[dict[str, Any]]:
+    """Each setting's verdict on each of :data:`TARGETS` from the lead rows: True (met), False, or None.
+
+    The targets are the hard settings' (``regimes``); on an easy one only ``no_loss`` is judged.
+
+    None: not applicable (``share`` where the bound's interval reaches 0, ``beats_spo`` on a revisited pool) or not
+    measured yet. ``beats_spo`` is ``pick − spo_offline`` where SPO's offline init runs (the mixed pools; equal total
+    rollouts, its init counted) and ``pick − spo`` on the fresh pools, where the init (8 × the pool) exceeds the
+    budget, so SPO at equal total rollouts would not have trained at all: the stricter reading, against SPO without
+    it. Thresholds as fractions (+1 point = 0.01); an interval end None (never reached) fails a bound on it.
+    """
+    out = []
+    for r in rows:
+        ci = r["pick_ci95"]
+        no_loss = None if ci is None else ci[1] >= 0
+        if regimes.get(r["task"]) != "hard":  # the easy setting: only "never loses" applies
+            out.append({"task": r["task"], "pool": r["pool"], **dict.fromkeys(k for k, _ in TARGETS),
+                        "no_loss": no_loss, "beats_spo_versus": None})  # fmt: skip
+            continue
+        share = None if r["share"] is None or ci is None else r["share"] >= 0.5 and ci[0] > 0
+        reach, reach_ci = r["pick_ratio"], r["pick_ratio_ci95"]
+        rollouts = None if reach_ci is None else (reach is not None and reach <= 0.4 and reach_ci[1] is not None
+                                                  and reach_ci[1] <= 0.55)  # fmt: skip
+        user = r["pick_compute"][1]
+        compute = None if reach_ci is None else user is not None and user <= 0.7
+        key = "pick_vs_offline" if r["offline_run"] else "pick_vs_spo"
+        diff, diff_ci = r[key], r[f"{key}_ci95"]
+        beats = None if r["pool"] == "revisited" or diff is None or diff_ci is None else diff >= 0.01 and diff_ci[0] > 0
+        versus = SPO_OFFLINE_METHOD if r["offline_run"] else SPO_METHOD
+        out.append({"task": r["task"], "pool": r["pool"], "share": share, "no_loss": no_loss, "rollouts": rollouts,
+                    "compute": compute, "beats_spo": beats, "beats_spo_versus": versus})  # fmt: skip
+    return out
+
+
+def targets_markdown(rows: Sequence[dict[str, Any]], heading: str = "##") -> list[str]:
+    """The results page's verdict per setting on each of :data:`TARGETS` (the rule is written on the page)."""
+    if not rows:
+        return []
+    mark = {True: "met", False: "**missed**", None: "—"}
+    lines = [f"{heading} Targets for the picked selector (issue 42), per setting", "",
+             "Judged from the lead table by a rule fixed before the comparison seeds ran "
+             "(`v05.grid.selection.target_rows`; the targets are the hard settings', only the second applies to the "
+             "easy one): —: not applicable or not measured yet. Beating SPO reads "
+             "`spo_offline` where its init runs (equal total rollouts) and `spo` on the fresh pools, where the init "
+             "alone exceeds the budget.", "",
+             "| task setting (pool) | " + " | ".join(text for _, text in TARGETS) + " |",
+             "|---|" + "---|" * len(TARGETS)]  # fmt: skip
+    for r in rows:
+        lines.append(f"| {r['task']} ({r['pool'] or '—'}) | " + " | ".join(mark[r[k]] for k, _ in TARGETS) + " |")
+    met = {k: sum(r[k] is True for r in rows) for k, _ in TARGETS}
+    known = {k: sum(r[k] is not None for r in rows) for k, _ in TARGETS}
+    lines += ["", "Met: " + "; ".join(f"{k} {met[k]} of {known[k]} judged" for k, _ in TARGETS) + ".", ""]
+    return lines
+
+
+__all__ = [
+    "SELECTOR_PICK",
+    "SPO_METHOD",
+    "SPO_OFFLINE_METHOD",
+    "TARGETS",
+    "lead_markdown",
+    "lead_rows",
+    "picked_selector",
+    "target_rows",
+    "targets_markdown",
+]
