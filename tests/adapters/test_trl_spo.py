@@ -247,17 +247,18 @@ def test_rho_kl_and_bad_samplers_are_refused(tmp_path):
                   train_dataset=stream, processing_class=tokenizer)  # fmt: skip
 
 
-@pytest.mark.parametrize("prior", ["history", "combined", "v0"])
+@pytest.mark.parametrize("prior", ["spo", "history", "combined", "v0"])
 def test_prior_select_sampler_trains_on_the_rows_it_selects(tmp_path, prior):
     """v05_sampler="prior_select" at num_generations=1 with v05_eb and each prior the selection grid's pick may be
-    (the prompt's history; the text priors combined and v0, which read the prompts' texts): 2 prompts a generation
+    (SPO's tracker at rho = constant, the one TRL runs; the prompt's history; the text priors combined and v0, which
+    read the prompts' texts): 2 prompts a generation
     batch selected from pools of 4·2 = 8 (one pool an epoch of the 8 prompts) by the round's PriorSelect, TRL
     generates for exactly those rows, and the log carries the selection's statistics but not the realised signal
     (computed from the placeholder rewards the draw is told)."""
     model, tokenizer, dataset, _, _ = arithmetic_setup()
     args = config(tmp_path, num_generations=1, v05_estimator="v05_eb", v05_estimator_options={"scale": "none"},
-                  v05_prior=prior, per_device_train_batch_size=2, max_steps=4,
-                  v05_sampler="prior_select")  # fmt: skip
+                  v05_prior=prior, per_device_train_batch_size=2, max_steps=4, v05_sampler="prior_select",
+                  **({"v05_prior_options": {"rho": "constant"}} if prior == "spo" else {}))  # fmt: skip
     trainer = trained_with_draws(model, tokenizer, dataset, args, PriorSelect, pool_size=8)
     logged = trainer.state.log_history[0]
     assert "v05/sampler_predicted_signal" in logged and "v05/sampler_realised_signal" not in logged

@@ -10,7 +10,7 @@ import yaml
 from tests.grid._grids import REPO, write_grid
 from v05.grid.cells import grid_cells, tuning_cells
 from v05.grid.spec import load_grid
-from v05.priors import provider_spec
+from v05.priors import make_provider, provider_spec
 from v05.train.config import load_config, to_yaml
 
 
@@ -89,13 +89,18 @@ def test_the_selection_grid_resolves(tmp_path):
     assert derived == {"sel_pick_pool16": "selector", "sel_pick_spo_draw": "selector"}
     assert set(grid.tuning.methods) == {m.name for m in grid.methods} - set(derived)
     assert "sel_oracle" not in grid.tuning.recommend and set(grid.tuning.recommend) <= set(grid.tuning.methods)
-    # the picked learned selector among the learned ones; both picks only among what TRL and verl can run
-    assert set(dict(grid.tuning.picks)["selector"]) == set(grid.attribution.learned) - {"sel_probe"}
+    # the picked learned selector among the learned ones; both picks only among what TRL and verl can run: not the
+    # probe's (the live policy) nor SPO's tracker with rho = KL (the policy's drift; both adapters refuse them)
+    picks = dict(grid.tuning.picks)
+    assert set(picks["selector"]) == set(grid.attribution.learned) - {"sel_probe", "sel_tracker"}
+    assert set(picks["selector_v05_train"]) == {*picks["selector"], "sel_tracker"}
+    assert set(picks["recommended_v05_train"]) > set(grid.tuning.recommend)
     by_name = {m.name: m for m in grid.methods}
-    for name in {*grid.tuning.recommend, *dict(grid.tuning.picks)["selector"]}:
+    for name in {*grid.tuning.recommend, *picks["selector"]}:
         prior = load_config(by_name[name].config, list(by_name[name].overrides)).prior
         spec = provider_spec(prior.name, prior.options) if prior.name else None
         assert spec is None or not (spec.needs_policy or spec.needs_sampler), name
+        assert spec is None or not spec.needs_drift or make_provider(prior.name, **prior.options).rho != "kl", name
     assert grid.tuning.split == "validation"
     tune = tuning_cells(grid, tmp_path)
     choices = {(t.name, m.name): "default" for t in grid.tasks for m in grid.methods}
