@@ -32,6 +32,7 @@ def _groups(oracle_allocator: str) -> dict:
     for run, variances in zip(orc, ([0.04, 0.02], [0.06, 0.04]), strict=True):
         for row, v in zip(run.metrics[1:], variances, strict=True):
             row["pool_prior_var"] = v
+            row["prior/oracle_rollouts"] = 4000 * row["step"] + 1000 * run.seed  # seed 0: 8,000 at the end; 1: 9,000
     return {"grpo4": ref, "uniform_rm": uni, "sel_oracle": orc}
 
 
@@ -39,7 +40,7 @@ def test_the_selection_fields_by_hand():
     """pass_rate_var: seed 0's steps average 0.03, seed 1's 0.05, so 0.04 (the steps' last values would give 0.03, the
     first 0.05); the headroom is the attribution's oracle − uniform difference, above 0 here; vs_uniform_* are the
     control pairing; tuned follows the cell's setting; pool_prior_var is each method's own (none logged by the
-    uniform runs)."""
+    uniform runs); oracle_rollouts the oracle's last count, averaged over seeds (8,000 and 9,000)."""
     groups = _groups("prior_select")
     task = task_of(groups, control="uniform_rm")
     task["methods"]["uniform_rm"]["setting"] = "batch-double"
@@ -54,6 +55,7 @@ def test_the_selection_fields_by_hand():
     assert m["sel_oracle"]["vs_uniform_diff"] == m["sel_oracle"]["vs_running_mean_diff"]
     assert m["sel_oracle"]["vs_uniform_diff"] == pytest.approx(head["oracle_diff"])
     assert m["sel_oracle"]["pool_prior_var"] == pytest.approx(0.04) and m["uniform_rm"]["pool_prior_var"] is None
+    assert m["sel_oracle"]["oracle_rollouts"] == pytest.approx(8500.0) and m["uniform_rm"]["oracle_rollouts"] is None
 
 
 def test_an_oracle_that_does_not_select_gives_no_selection_headroom():
@@ -75,20 +77,23 @@ def test_the_headroom_section_and_figure(tmp_path):
         "tasks": {
             "a": {"pool": "mixed", "pass_rate_var": 0.0612, "oracle_selection_headroom": 0.034,
                   "oracle_selection_headroom_ci95": [0.03, 0.038],
-                  "methods": {"sel_combined": {"pool_prior_var": 0.0306}, "sel_history": {"pool_prior_var": None}}},
+                  "budget_rollouts": 38400,
+                  "methods": {"sel_combined": {"pool_prior_var": 0.0306}, "sel_history": {"pool_prior_var": None},
+                              "sel_oracle": {"oracle_rollouts": 1228800.0}}},
             "b": {"pool": "fresh", "pass_rate_var": None, "oracle_selection_headroom": None,
                   "oracle_selection_headroom_ci95": None, "methods": {}},
             "c": {"pool": "revisited"},  # no oracle that selects: not a row
         },
-        "attribution": {"a": {"headroom": {"best_learned": "sel_combined", "best_learned_diff": 0.016,
+        "attribution": {"a": {"headroom": {"oracle": "sel_oracle", "best_learned": "sel_combined",
+                                           "best_learned_diff": 0.016,
                                            "best_learned_ci95": [0.012, 0.02],
                                            "learned": ["sel_history", "sel_combined"]}}},
     }  # fmt: skip
     rows = headroom_rows(results)
     assert [r["task"] for r in rows] == ["a", "b"]
     text = "\n".join(headroom_markdown(rows, "x-headroom.png"))
-    assert ("| a | mixed | 0.0612 | +3.4 [+3.0, +3.8] | `sel_combined` +1.6 [+1.2, +2.0] "
-            "| `sel_combined` 0.0306 (50 %) |") in text  # sel_history logged no spread: left out
+    assert ("| a | mixed | 0.0612 | +3.4 [+3.0, +3.8] (1,228,800 uncounted rollouts a run, 32× the budget) "
+            "| `sel_combined` +1.6 [+1.2, +2.0] | `sel_combined` 0.0306 (50 %) |") in text  # sel_history: no spread
     assert "| b | fresh | pending | pending | pending | pending |" in text and "](x-headroom.png)" in text
     assert plot_headroom(rows[1:], tmp_path / "none.png") is None and not (tmp_path / "none.png").exists()
     out = plot_headroom(rows, tmp_path / "h.png")

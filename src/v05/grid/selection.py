@@ -15,10 +15,11 @@ Per task setting, beside ``pool``:
 
 Per method: ``vs_uniform_diff`` and ``vs_uniform_ci95`` (its paired difference to ``control``, the fields
 ``vs_running_mean_*`` of every grid under the name the selection grid's contract gives them), ``tuned`` (compared
-at its best tuning setting, not at its config as it is) and ``pool_prior_var``: the spread of its prior's p over the
-step's candidate pool, averaged like ``pass_rate_var`` (None for a method that logs none). A selector whose spread is
-near 0 ranks the pool by its Thompson draws alone (uniform with noise); a spread is not a ranking, though: a tracker
-of a few binary outcomes per prompt spreads as wide as the oracle with much of it noise.
+at its best tuning setting, not at its config as it is), ``oracle_rollouts`` (an oracle's extra rollouts a run, the
+mean over its seeds: reported, never counted; None for a method without them) and ``pool_prior_var``: the spread of
+its prior's p over the step's candidate pool, averaged like ``pass_rate_var`` (None for a method that logs none). A
+selector whose spread is near 0 ranks the pool by its Thompson draws alone (uniform with noise); a spread is not a
+ranking, though: a tracker of a few binary outcomes per prompt spreads as wide as the oracle with much of it noise.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ from v05.report.runs import Run
 
 POOL_VAR_KEY = "pool_prior_var"
 """The metric each step logs: the variance of the prior's pass rates over the step's whole candidate pool."""
+ORACLE_ROLLOUTS_KEY = "prior/oracle_rollouts"
+"""The metric an oracle's run logs: its extra rollouts so far (the bound's; neither counted nor trained on)."""
 POOL_SIZE_KEY = "pool_size"
 """The step-0 row's count of the train pool's prompts (what an offline init draws ``offline_n`` rollouts for)."""
 OFFLINE_N = next(f.default for f in fields(SpoProvider) if f.name == "offline_n")
@@ -79,6 +82,8 @@ def add_selection_fields(
         entry["tuned"] = entry.get("setting") is not None
     for name, entry in task["methods"].items():
         entry[POOL_VAR_KEY] = pool_pass_rate_var(groups.get(name, []))
+        spent = [v for v in (r.last(ORACLE_ROLLOUTS_KEY) for r in groups.get(name, [])) if v is not None]
+        entry["oracle_rollouts"] = float(np.mean(spent)) if spent else None
     return task
 
 
@@ -101,6 +106,8 @@ def headroom_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
             "best_ci95": head.get("best_learned_ci95"),
             "spreads": {m: v for m in head.get("learned", []) if (v := task["methods"].get(m, {}).get(POOL_VAR_KEY))
                         is not None},
+            "oracle_rollouts": task["methods"].get(head.get("oracle"), {}).get("oracle_rollouts"),
+            "budget": task.get("budget_rollouts"),
         })  # fmt: skip
     return rows
 
@@ -180,8 +187,9 @@ def headroom_markdown(rows: Sequence[dict[str, Any]], figure: str | None) -> lis
         "",
         "Per task setting: the candidate pool's Var(p) as the oracle measured it (`pass_rate_var`, sampling noise "
         "included), the oracle's selection − uniform k = 1 with the running mean (points paired over the run, 95 % "
-        "t-interval over seeds), the best learned selector's (picked after the fact: optimistic), and the spread "
-        "each learned selector's prior sees over the same kind of pool (`pool_prior_var`, ÷ the oracle's Var(p)): "
+        "t-interval over seeds; with the extra rollouts its ranking spent a run, neither counted nor trained on), "
+        "the best learned selector's (picked after the fact: optimistic), and the spread each learned selector's "
+        "prior sees over the same kind of pool (`pool_prior_var`, ÷ the oracle's Var(p)): "
         "near 0, its selection is the Thompson draw's noise; a wide spread is no ranking (a tracker of a few "
         "binary outcomes per prompt spreads wide with noise).",
         "",
@@ -194,6 +202,9 @@ def headroom_markdown(rows: Sequence[dict[str, Any]], figure: str | None) -> lis
         var = "pending" if r["var"] is None else f"{r['var']:.4f}"
         best = "pending" if r["best"] is None else f"`{r['best']}` {points(r['best_diff'], r['best_ci95'])}"
         oracle = points(r["oracle"], r["oracle_ci95"], missing="pending")
+        if r["oracle_rollouts"] is not None:  # the bound's price: its extra rollouts, never counted
+            times = f", {r['oracle_rollouts'] / r['budget']:.0f}× the budget" if r["budget"] else ""
+            oracle += f" ({r['oracle_rollouts']:,.0f} uncounted rollouts a run{times})"
         spreads = "; ".join(
             f"`{m}` {v:.4f}" + (f" ({100 * v / r['var']:.0f} %)" if r["var"] else "") for m, v in r["spreads"].items()
         )
@@ -236,6 +247,7 @@ def plot_headroom(rows: Sequence[dict[str, Any]], path: str | Path) -> Path | No
 
 __all__ = [
     "OFFLINE_N",
+    "ORACLE_ROLLOUTS_KEY",
     "POOL_SIZE_KEY",
     "POOL_VAR_KEY",
     "add_selection_fields",
