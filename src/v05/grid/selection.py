@@ -76,11 +76,10 @@ def add_selection_fields(
     task["pool_size"] = int(max(sizes)) if sizes else None
     task["oracle_selection_headroom"] = None if headroom is None else headroom["oracle_diff"]
     task["oracle_selection_headroom_ci95"] = None if headroom is None else headroom["oracle_ci95"]
-    for entry in task["methods"].values():
+    for name, entry in task["methods"].items():
         entry["vs_uniform_diff"] = entry.get("vs_running_mean_diff")
         entry["vs_uniform_ci95"] = entry.get("vs_running_mean_ci95")
         entry["tuned"] = entry.get("setting") is not None
-    for name, entry in task["methods"].items():
         entry[POOL_VAR_KEY] = pool_pass_rate_var(groups.get(name, []))
         spent = [v for v in (r.last(ORACLE_ROLLOUTS_KEY) for r in groups.get(name, [])) if v is not None]
         entry["oracle_rollouts"] = float(np.mean(spent)) if spent else None
