@@ -4,7 +4,7 @@
 #   METHOD=v05    bash examples/verl/run_qwen3_4b_dapo.sh   # V0.5: prior + shrinkage/test, OSLA k_init 4 -> k_max 16
 #   METHOD=grpo16 bash examples/verl/run_qwen3_4b_dapo.sh   # the paper's baseline: verl's GRPO, 16 rollouts per prompt
 #   METHOD=grpo4  bash examples/verl/run_qwen3_4b_dapo.sh   # GRPO at V0.5's k_init (SPEC §10: always report it)
-#   METHOD=eb1    bash examples/verl/run_qwen3_4b_dapo.sh   # v05-recommended's form: v05_eb + history prior, n = 1
+#   METHOD=eb1    bash examples/verl/run_qwen3_4b_dapo.sh   # v05-recommended's form: v05_eb + running mean, n = 1
 #   METHOD=eb2    bash examples/verl/run_qwen3_4b_dapo.sh   # the same at n = 2
 #   METHOD=spo    bash examples/verl/run_qwen3_4b_dapo.sh   # SPO (verl's recipe/spo): tracker baseline, n = 1, drawn prompts
 #
@@ -119,11 +119,12 @@ V05=(
     +algorithm.v05.allocator_options.schedule=jump
 )
 
-# v05-recommended's form (README): v05_eb, the empirical-Bayes fusion of the `history` prior (the prompt's own
-# discounted history; a prompt not seen before gets the running policy mean) with the group's rollouts, at one
-# rollout per prompt and fixed budgets (no OSLA). The evidence grid on the tiny policy picked it over the learned
-# `combined` prior (docs/results-summary.md: a learned prior paid only on a pool mixing domains of very different pass
-# rates); +algorithm.v05.provider=combined with provider_options.backend=${PRIOR_BACKEND} runs that one. 2048
+# v05-recommended's form (README): v05_eb, the empirical-Bayes fusion of the policy's running mean pass rate with
+# the group's rollouts, at one rollout per prompt and fixed budgets (no OSLA). The selection grid on the tiny policy
+# (2026-12-07; docs/results-selection.md) picked it by its validation rule, a near-tie with the prompt's own history
+# (+algorithm.v05.provider=history, the evidence grid's pick before) and selection by that history; a learned prior
+# paid only on a pool mixing domains of very different pass rates (docs/results-summary.md):
+# +algorithm.v05.provider=combined with provider_options.backend=${PRIOR_BACKEND} runs that one. 2048
 # prompts x 1 = the same 2048 rollouts per step as GRPO16. filter_groups stays off: v05_eb gives
 # all-correct/all-wrong groups a non-zero advantage (the adapter refuses the filter).
 EB1=(
@@ -136,7 +137,7 @@ EB1=(
     +algorithm.v05.key_field=index
     +algorithm.v05.text_field=question
     +algorithm.v05.options.scale=none
-    +algorithm.v05.provider=history
+    +algorithm.v05.provider=running_mean
     +algorithm.v05.allocator=fixed
 )
 
@@ -151,7 +152,7 @@ EB2=(
     +algorithm.v05.key_field=index
     +algorithm.v05.text_field=question
     +algorithm.v05.options.scale=none
-    +algorithm.v05.provider=history
+    +algorithm.v05.provider=running_mean
     +algorithm.v05.allocator=fixed
 )
 

@@ -25,6 +25,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import yaml
 
 pytest.importorskip("verl")
 # compute_advantage's module needs verl's own dependencies (torchdata, ...): v05[verl], not --no-deps
@@ -1013,7 +1014,7 @@ def test_group_filters_are_refused_for_estimators_with_an_outside_baseline(tmp_p
 
 @pytest.mark.parametrize("method", ["EB1", "EB2"])
 def test_the_launch_scripts_recommended_override_set_runs_in_verls_fit_loop(local_ray, tmp_path, monkeypatch, method):
-    """The launch script's EB1/EB2 overrides (v05_eb + the history prior, fixed budgets, n = 1 and 2) in
+    """The launch script's EB1/EB2 overrides (v05_eb + the running-mean prior, fixed budgets, n = 1 and 2) in
     verl's V1 fit loop, 3 steps, with only the sizes scaled to the test: every prompt gets exactly n rollouts, the
     actor's advantages are v05_eb's on those rewards with the prior the provider predicted (its n0 fed, the
     estimator state carried), and the prior learns every step's groups."""
@@ -1039,7 +1040,7 @@ def test_the_launch_scripts_recommended_override_set_runs_in_verls_fit_loop(loca
     trainer.fit(AgentLoopManager(worker))
 
     updates = trainer.actor_rollout_wg.updates
-    assert len(updates) == len(predictions) == 3 and trainer.v05_provider.name == "history"
+    assert len(updates) == len(predictions) == 3 and trainer.v05_provider.name == "running_mean"
     state = None
     for update, (ids, texts, pred) in zip(updates, predictions, strict=True):
         assert all(t.startswith("question ") for t in texts)  # the bare problem text (text_field=question)
@@ -1076,11 +1077,11 @@ def launch_arrays():
 
 @pytest.mark.parametrize("method", ["V05", "GRPO16", "GRPO4", "EB1", "EB2", "SPO"])
 def test_launch_script_overrides_compose_with_verls_config(method):
-    """Every override of the launch script is a valid key of verl 0.9.1's Hydra config (``+`` exactly for v05's
-    keys); V0.5 runs the v05 trainer mode with the paper's OSLA settings; the GRPO runs use verl's grpo at 16 and 4
-    rollouts with 2048 rollouts per step; EB1/EB2 run v05-recommended's form (v05_eb + history, fixed budgets) at
-    n = 1 and 2 with the same 2048 rollouts per step; SPO runs v05_spo with the spo tracker (ρ constant) and the spo
-    draw from the recipe's 14,000 candidates, 2048 prompts × 1 rollout."""
+    """Every override of the launch script is a valid key of verl 0.9.1's Hydra config (``+`` exactly for v05's keys);
+    V0.5 runs the v05 trainer mode with the paper's OSLA settings; the GRPO runs use verl's grpo at 16 and 4 rollouts
+    with 2048 rollouts per step; EB1/EB2 run v05-recommended's form (v05_eb + the running mean, fixed budgets) at n = 1
+    and 2 with the same 2048 rollouts per step; SPO runs v05_spo with the spo tracker (ρ constant) and the spo draw from
+    the recipe's 14,000 candidates, 2048 prompts × 1 rollout."""
     arrays = launch_arrays()
     env = {"TRAIN_FILE": "/d/train.parquet", "VAL_FILE": "/d/val.parquet", "MODEL": "m", "NNODES": "4"}
     env |= {"GPUS_PER_NODE": "8", "METHOD": method.lower(), "PRIOR_BACKEND": "minilm", "V05_PROMPTS": "384"}
@@ -1101,7 +1102,12 @@ def test_launch_script_overrides_compose_with_verls_config(method):
         n = cfg.actor_rollout_ref.rollout.n
         assert cfg.trainer.v1.trainer_mode == "v05" and cfg.algorithm.adv_estimator == "v05_eb"
         assert n == int(method[-1]) and cfg.data.train_batch_size * n == 2048
-        assert v.provider == "history" and v.allocator == "fixed" and v.reward_range == "pm1"
+        assert v.provider == "running_mean" and v.allocator == "fixed" and v.reward_range == "pm1"
+        # v05-recommended is re-picked by a grid: the script follows (read as YAML: v05 train's config loader needs
+        # an omegaconf that verl's hydra-core does not allow)
+        recommended = yaml.safe_load((ROOT / "src/v05/train/configs/v05-recommended.yaml").read_text())
+        assert (cfg.algorithm.adv_estimator, v.provider) == (recommended["estimator"]["name"],
+                                                             recommended["prior"]["name"])  # fmt: skip
         assert v.options == {"scale": "none"} and v.text_field == "question" and v.key_field == "index"
         assert not cfg.algorithm.filter_groups.enable
     elif method == "SPO":

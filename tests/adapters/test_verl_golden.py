@@ -13,10 +13,11 @@ Recorded by ``tests/golden/record.py --sections verl`` in the verl environment f
   the float64 estimate and ``state_`` (``v05.train.state.state_to_json``).
 - verl's own V1 fit loop in trainer mode ``v05`` (the harness of ``test_verl.py``: scripted agent loop, recording
   actor; 3 steps, 8 prompts): OSLA (k_init 4 → k_max 8, history prior) with ``v05`` and with ``v05_eb``, and the
-  launch script's EB1 set (``v05_eb`` + history, k = 1). verl draws uuid uids and runs the agent-loop sessions
-  concurrently, so rows arrive in no fixed order: each step is recorded per prompt key — its prior and n0 as
-  ``extra_info`` carried them, and the sorted (reward, advantage) pairs of its rollouts — with the padding
-  advantages, the step's ``v05/*`` metrics, and at the end the estimator's state. This part is *not* bit for bit:
+  launch script's EB1 set (``v05_eb`` + history, k = 1: the prior as recorded, :data:`PINNED_EB1_PROVIDER`). verl
+  draws uuid uids and runs the agent-loop sessions concurrently, so rows arrive in no fixed order: each step is
+  recorded per prompt key — its prior and n0 as ``extra_info`` carried them, and the sorted (reward, advantage)
+  pairs of its rollouts — with the padding advantages, the step's ``v05/*`` metrics, and at the end the estimator's
+  state. This part is *not* bit for bit:
   the arrival order changes the order of v05's float sums over groups (the history prior's calibration n0 and τ²,
   ``v05_eb``'s window, the metrics' means), so two runs of the same code differ in the last bits (prior n0
   0.6141211826531378 vs …379, seeded uuids or not), and a float32 advantage can move by one ulp. Its floats are
@@ -75,6 +76,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
 """The synthetic trace's variants: reward range and ``algorithm.v05`` settings, and how the prompt rows reach the
 estimator (``non_tensor_batch``; ``bind(rows, step)``; ``bind(rows, step, trajectory_keys)``)."""
 FIT_RUNS = ("osla-v05", "osla-v05_eb", "EB1")
+PINNED_EB1_PROVIDER = "+algorithm.v05.provider=history"
+"""The EB1 run's prior as recorded (the launch script's EB1 runs the running mean since 2026-12-07)."""
 """verl fit-loop runs (module docstring)."""
 FIT_REL_TOL = 1e-6
 """Tolerance of the fit loop's floats (module docstring): 8 float32 ulps; run-to-run noise measured ≤ 1.2e-15 in
@@ -207,6 +210,8 @@ def fit_overrides(run: str, tmp_path: Path) -> list[str]:
         return trainer_overrides(tmp_path, run.removeprefix("osla-"))
     sizes = ("data.train_batch_size", "actor_rollout_ref.actor.ppo_mini_batch_size")
     script = [o.replace("${PRIOR_BACKEND}", "minilm") for o in launch_arrays()[run] if not o.startswith(sizes)]
+    if run == "EB1":  # recorded with the history prior, the script's EB1 provider until the re-pick of 2026-12-07
+        script = [PINNED_EB1_PROVIDER if o.startswith("+algorithm.v05.provider=") else o for o in script]
     test_only = [o for o in trainer_overrides(tmp_path, "v05_eb") if not o.startswith(("+algorithm.v05.",
                  "actor_rollout_ref.rollout.n", "algorithm.adv_estimator", "trainer.v1.trainer_mode"))]  # fmt: skip
     return [*test_only, *script]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -75,7 +77,7 @@ def test_smollm2_demo_plan_is_the_real_model_with_lora_chat_sft_and_one_budget()
     v05 = by_name["demo-v05"]  # OSLA: k_init 4 a prompt before its extras
     assert v05.allocator.name == "osla" and v05.train.batch_size * v05.allocator.options["k_init"] == ROLLOUTS_PER_STEP
     assert [(c.estimator.name, c.prior.name) for c in cfgs] == [
-        ("grpo", None), ("grpo", None), ("v05", "v0"), ("v05_eb", "history")
+        ("grpo", None), ("grpo", None), ("v05", "v0"), ("v05_eb", "running_mean")
     ]  # fmt: skip
 
 
@@ -135,22 +137,23 @@ def test_lm_grid_task_setting_is_the_smollm2_demos_on_a_fresh_pool():
     assert task.overrides == SMOLLM2_DEMO.setting("hard")
     assert task.pool == "fresh" and task.regime == "hard"
     methods = {m.name: m for m in grid.methods}
-    assert set(methods) == {"grpo4", "rec_k1", "rec_k2", "rm_k1", "comb_k1", "spo"} and grid.reference == "grpo4"
-    for name, config in (("grpo4", "demo-grpo4"), ("rec_k1", "v05-recommended")):
-        assert methods[name].config == config
-        assert methods[name].overrides == SMOLLM2_DEMO.methods[config]
+    assert set(methods) == {"grpo4", "rec_k1", "rec_k2", "rm_k1", "comb_k1", "spo", "sel_history"}
+    assert grid.reference == "grpo4"
+    assert methods["grpo4"].config == "demo-grpo4"
+    assert methods["grpo4"].overrides == SMOLLM2_DEMO.methods["demo-grpo4"]
     assert grid.seeds == (0, 1, 2)
 
 
 def test_lm_grid_cells_spend_64_rollouts_a_step_up_to_3072_with_an_eval_every_768(tmp_path):
-    """Every one of the 18 cells loads; each method spends 64 rollouts a step up to 3,072 rollouts (a pool of at
-    least that many prompts), evaluated every 768; rec_k1 is v05-recommended, rec_k2 the same at k = 2, rm_k1 the
-    evidence grid's running-mean control (v05_eb at k = 1 × 64), comb_k1 the learned `combined` prior at k = 1, spo
-    SPO (its tracker, batch normalisation and weighted draw) at k = 1."""
+    """Every one of the 21 cells loads; each method spends 64 rollouts a step up to 3,072 rollouts (a pool of at
+    least that many prompts), evaluated every 768; rm_k1 is v05-recommended (the selection grid's pick since
+    2026-12-07) as `v05 demo --policy smollm2` runs it, field for field; rec_k1 and rec_k2 are the former pick
+    (v05_eb + history) at k = 1 and 2, comb_k1 the learned `combined` prior at k = 1, spo SPO (its tracker, batch
+    normalisation and weighted draw) at k = 1, and sel_history the selection grid's picked selector (prior_select by
+    the `history` prior, k = 1 x 64 from a 4x pool)."""
     grid = load_grid(LM_GRID)
     cells = grid_cells(grid, tmp_path)
-    assert len(cells) == 18
-    recommended = load_config("v05-recommended")
+    assert len(cells) == 21
     for cell in cells:
         cfg = cell.cfg
         assert cfg.train.max_rollouts == 3072 and cfg.eval.every_rollouts == 768, cell.method.name
@@ -158,17 +161,24 @@ def test_lm_grid_cells_spend_64_rollouts_a_step_up_to_3072_with_an_eval_every_76
         assert cfg.task.options["n_train"] >= cfg.train.max_rollouts
         assert cfg.policy.name_or_path == "smollm2-135m-instruct" and cfg.policy.lora is not None
     by = {c.method.name: c.cfg for c in cells if c.seed == 0}
+    demo_rec = load_config("v05-recommended", [*SMOLLM2_DEMO.setting("hard"), *SMOLLM2_DEMO.methods["v05-recommended"],
+                                               *grid.overrides, "seed=0", "name=rm_k1"])  # fmt: skip
+    assert dataclasses.replace(by["rm_k1"], run=demo_rec.run) == demo_rec
     for name in ("rec_k1", "rec_k2"):
-        assert (by[name].estimator, by[name].prior) == (recommended.estimator, recommended.prior)
+        assert (by[name].estimator.name, by[name].prior.name) == ("v05_eb", "history")
     assert by["rec_k1"].allocator.options["k"] == 1 and by["rec_k2"].allocator.options["k"] == 2
-    assert (by["rm_k1"].estimator.name, by["rm_k1"].prior.name, by["rm_k1"].allocator.options["k"]) == (
-        "v05_eb", "running_mean", 1
-    )  # fmt: skip
     assert (by["comb_k1"].estimator.name, by["comb_k1"].prior.name, by["comb_k1"].allocator.options["k"]) == (
         "v05_eb", "combined", 1
     )  # fmt: skip
     assert (by["grpo4"].estimator.name, by["grpo4"].allocator.options["k"]) == ("grpo", 4)
     assert (by["spo"].estimator.name, by["spo"].prior.name, by["spo"].allocator.name) == ("spo", "spo", "spo")
+    sel = by["sel_history"]
+    assert (sel.estimator.name, sel.prior.name, sel.allocator.name, sel.allocator.options["k"]) == (
+        "v05_eb", "history", "prior_select", 1
+    )  # fmt: skip
+    assert sel.allocator.pool_factor is None and sel.allocator.rejects == "drop"  # the selection grid's 4x pool
+    picked = json.loads((LM_GRID.parents[1] / "results/matrix/selection.json").read_text())["picks"]["selector"]
+    assert (picked["method"], picked["setting"]) == ("sel_history", "default")
 
 
 @pytest.mark.slow

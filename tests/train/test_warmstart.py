@@ -111,7 +111,7 @@ def test_make_demo_shows_the_recommended_config_beside_both_grpos_and_the_papers
     cfgs = [load_config(name, DEMO_REGIMES["hard"]) for name in DEMO_CONFIGS]
     assert {c.train.max_rollouts for c in cfgs} == {38_400}
     assert {c.warmup.sft.target_pass_rate for c in cfgs} == {0.15}
-    assert [(c.estimator.name, c.prior.name) for c in cfgs][2:] == [("v05", "v0"), ("v05_eb", "history")]
+    assert [(c.estimator.name, c.prior.name) for c in cfgs][2:] == [("v05", "v0"), ("v05_eb", "running_mean")]
 
 
 def test_demo_regime_reaches_every_run_and_a_finished_run_of_another_regime_is_refused(tmp_path, monkeypatch):
