@@ -121,7 +121,7 @@ V05=(
 
 # v05-recommended's form (README): v05_eb, the empirical-Bayes fusion of the policy's running mean pass rate with
 # the group's rollouts, at one rollout per prompt and fixed budgets (no OSLA). The selection grid on the tiny policy
-# (2026-12-07; docs/results-selection.md) picked it by its validation rule, a near-tie with the prompt's own history
+# (2026-12-06; docs/results-selection.md) picked it by its validation rule, a near-tie with the prompt's own history
 # (+algorithm.v05.provider=history, the evidence grid's pick before) and selection by that history; a learned prior
 # paid only on a pool mixing domains of very different pass rates (docs/results-summary.md):
 # +algorithm.v05.provider=combined with provider_options.backend=${PRIOR_BACKEND} runs that one. 2048

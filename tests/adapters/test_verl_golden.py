@@ -77,7 +77,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
 estimator (``non_tensor_batch``; ``bind(rows, step)``; ``bind(rows, step, trajectory_keys)``)."""
 FIT_RUNS = ("osla-v05", "osla-v05_eb", "EB1")
 PINNED_EB1_PROVIDER = "+algorithm.v05.provider=history"
-"""The EB1 run's prior as recorded (the launch script's EB1 runs the running mean since 2026-12-07)."""
+"""The EB1 run's prior as recorded (the launch script's EB1 runs the running mean since 2026-12-06)."""
 """verl fit-loop runs (module docstring)."""
 FIT_REL_TOL = 1e-6
 """Tolerance of the fit loop's floats (module docstring): 8 float32 ulps; run-to-run noise measured ≤ 1.2e-15 in
@@ -210,7 +210,7 @@ def fit_overrides(run: str, tmp_path: Path) -> list[str]:
         return trainer_overrides(tmp_path, run.removeprefix("osla-"))
     sizes = ("data.train_batch_size", "actor_rollout_ref.actor.ppo_mini_batch_size")
     script = [o.replace("${PRIOR_BACKEND}", "minilm") for o in launch_arrays()[run] if not o.startswith(sizes)]
-    if run == "EB1":  # recorded with the history prior, the script's EB1 provider until the re-pick of 2026-12-07
+    if run == "EB1":  # recorded with the history prior, the script's EB1 provider until the re-pick of 2026-12-06
         script = [PINNED_EB1_PROVIDER if o.startswith("+algorithm.v05.provider=") else o for o in script]
     test_only = [o for o in trainer_overrides(tmp_path, "v05_eb") if not o.startswith(("+algorithm.v05.",
                  "actor_rollout_ref.rollout.n", "algorithm.adv_estimator", "trainer.v1.trainer_mode"))]  # fmt: skip

@@ -170,7 +170,7 @@ def test_bench_matrix_tunes_then_compares_at_the_chosen_setting(tmp_path, tiny_g
 
 def test_packaged_recommended_config_is_the_selection_grids_pick():
     """`v05-recommended` (an interface contract) is the config the latest grid to re-pick it, the selection grid
-    (issue 42; the evidence grid before 2026-12-07), picked from its validation sweep by its stated rule over all
+    (issue 42; the evidence grid before 2026-12-06), picked from its validation sweep by its stated rule over all
     seven task settings (benchmarks/results/matrix/selection.json, `recommended`), written by `v05 bench matrix ...
     --recommended`: editing the file by hand, or a pick that moved, turns this red. The rule reads the tuning sweep
     alone, so the pick stands while the comparison seeds are pending."""

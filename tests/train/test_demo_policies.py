@@ -147,7 +147,7 @@ def test_lm_grid_task_setting_is_the_smollm2_demos_on_a_fresh_pool():
 def test_lm_grid_cells_spend_64_rollouts_a_step_up_to_3072_with_an_eval_every_768(tmp_path):
     """Every one of the 21 cells loads; each method spends 64 rollouts a step up to 3,072 rollouts (a pool of at
     least that many prompts), evaluated every 768; rm_k1 is v05-recommended (the selection grid's pick since
-    2026-12-07) as `v05 demo --policy smollm2` runs it, field for field; rec_k1 and rec_k2 are the former pick
+    2026-12-06) as `v05 demo --policy smollm2` runs it, field for field; rec_k1 and rec_k2 are the former pick
     (v05_eb + history) at k = 1 and 2, comb_k1 the learned `combined` prior at k = 1, spo SPO (its tracker, batch
     normalisation and weighted draw) at k = 1, and sel_history the selection grid's picked selector (prior_select by
     the `history` prior, k = 1 x 64 from a 4x pool)."""
