@@ -7,6 +7,7 @@
 #   METHOD=eb1    bash examples/verl/run_qwen3_4b_dapo.sh   # v05-recommended's form: v05_eb + running mean, n = 1
 #   METHOD=eb2    bash examples/verl/run_qwen3_4b_dapo.sh   # the same at n = 2
 #   METHOD=spo    bash examples/verl/run_qwen3_4b_dapo.sh   # SPO (verl's recipe/spo): tracker baseline, n = 1, drawn prompts
+#   METHOD=sel1   bash examples/verl/run_qwen3_4b_dapo.sh   # eb1 with the batch selected from 4x candidates by history
 #
 # Extra Hydra overrides are appended (e.g. trainer.total_training_steps=10). Settings marked (paper) follow the V0.5
 # paper (arXiv:2603.10848); the others are our choices (design/methods-v05-v0.md Q10-Q13), identical for all methods.
@@ -176,6 +177,27 @@ SPO=(
     +algorithm.v05.allocator=spo
 )
 
+# Selection (issue 42; docs/results-selection.md says where it pays and where not): EB1's v05_eb at one rollout per
+# prompt, the batch chosen by prior_select from data.gen_batch_size = 8192 candidates (4 x 2048, the selection grid's
+# pool): the Bernoulli variance p(1 - p) of a Thompson draw from each candidate's prior, 5 % explored at random, the
+# passed-over candidates dropped for the epoch. The prior is the prompt's own `history` (the selection grid's picked
+# learned selector; the policy's running mean for a prompt not seen before), also the baseline. 2048 prompts x 1 =
+# the same 2048 rollouts per step as GRPO16.
+SEL1=(
+    trainer.v1.trainer_mode=v05
+    algorithm.adv_estimator=v05_eb
+    data.train_batch_size=2048
+    data.gen_batch_size=8192
+    actor_rollout_ref.rollout.n=1
+    actor_rollout_ref.actor.ppo_mini_batch_size=512
+    +algorithm.v05.reward_range=pm1
+    +algorithm.v05.key_field=index
+    +algorithm.v05.text_field=question
+    +algorithm.v05.options.scale=none
+    +algorithm.v05.provider=history
+    +algorithm.v05.allocator=prior_select
+)
+
 case "${METHOD}" in
     v05) METHOD_ARGS=("${V05[@]}") ;;
     grpo16) METHOD_ARGS=("${GRPO16[@]}") ;;
@@ -183,7 +205,8 @@ case "${METHOD}" in
     eb1) METHOD_ARGS=("${EB1[@]}") ;;
     eb2) METHOD_ARGS=("${EB2[@]}") ;;
     spo) METHOD_ARGS=("${SPO[@]}") ;;
-    *) echo "METHOD must be v05, grpo16, grpo4, eb1, eb2 or spo, got ${METHOD}" >&2; exit 2 ;;
+    sel1) METHOD_ARGS=("${SEL1[@]}") ;;
+    *) echo "METHOD must be v05, grpo16, grpo4, eb1, eb2, spo or sel1, got ${METHOD}" >&2; exit 2 ;;
 esac
 
 python3 -m verl.trainer.main_ppo "${COMMON[@]}" "${METHOD_ARGS[@]}" "$@"

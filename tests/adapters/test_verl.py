@@ -1068,14 +1068,14 @@ def launch_arrays():
     """The override arrays of examples/verl/run_qwen3_4b_dapo.sh, shell-split, with ${VAR} left for the test."""
     text = LAUNCH.read_text()
     arrays = {}
-    for name in ("COMMON", "GRPO16", "GRPO4", "V05", "EB1", "EB2", "SPO"):
+    for name in ("COMMON", "GRPO16", "GRPO4", "V05", "EB1", "EB2", "SPO", "SEL1"):
         body = text.split(f"\n{name}=(\n", 1)[1].split("\n)\n", 1)[0]
         lines = [line for line in body.splitlines() if line.strip() and not line.strip().startswith("#")]
         arrays[name] = [arg for line in lines for arg in shlex.split(line)]
     return arrays
 
 
-@pytest.mark.parametrize("method", ["V05", "GRPO16", "GRPO4", "EB1", "EB2", "SPO"])
+@pytest.mark.parametrize("method", ["V05", "GRPO16", "GRPO4", "EB1", "EB2", "SPO", "SEL1"])
 def test_launch_script_overrides_compose_with_verls_config(method):
     """Every override of the launch script is a valid key of verl 0.9.1's Hydra config (``+`` exactly for v05's keys);
     V0.5 runs the v05 trainer mode with the paper's OSLA settings; the GRPO runs use verl's grpo at 16 and 4 rollouts
@@ -1116,6 +1116,14 @@ def test_launch_script_overrides_compose_with_verls_config(method):
         assert cfg.actor_rollout_ref.rollout.n == 1 and cfg.data.train_batch_size == 2048
         assert cfg.data.gen_batch_size == 14000 and v.allocator == "spo" and v.reward_range == "pm1"
         assert v.provider == "spo" and v.provider_options == {"rho": "constant", "rho_value": 0.875}
+    elif method == "SEL1":  # the selection grid's picked learned selector (its prior) by prior_select from 4 x 2048
+        v = VerlConfig.from_algorithm(cfg.algorithm)
+        assert cfg.trainer.v1.trainer_mode == "v05" and cfg.algorithm.adv_estimator == "v05_eb"
+        assert cfg.actor_rollout_ref.rollout.n == 1 and cfg.data.train_batch_size == 2048
+        assert cfg.data.gen_batch_size == 4 * 2048 and v.allocator == "prior_select" and v.reward_range == "pm1"
+        picked = json.loads((ROOT / "benchmarks/results/matrix/selection.json").read_text())["picks"]["selector"]
+        assert (picked["method"], v.provider) == ("sel_history", "history")
+        assert v.options == {"scale": "none"} and v.text_field == "question" and v.key_field == "index"
     else:
         k = cfg.actor_rollout_ref.rollout.n
         assert cfg.algorithm.adv_estimator == "grpo" and cfg.trainer.v1.trainer_mode == "sync"

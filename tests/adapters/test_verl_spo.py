@@ -289,17 +289,16 @@ def test_spo_settings_verl_cannot_honour_are_refused(harness, tmp_path):
 
 @pytest.mark.parametrize("provider", ["history", "combined", "v0"])
 def test_prior_select_with_a_learned_prior_trains_in_verls_fit_loop(harness, tmp_path, monkeypatch, provider):
-    """The launch script's EB1 (``v05_eb`` at one rollout per prompt, ±1 rewards, the bare question as the prior's
-    text) with ``+algorithm.v05.allocator=prior_select`` and a learned prior the selection grid's pick may be (the
-    prompt's history; combined and v0, which read the question's text; v0 with a context of 4 rows, not 32, so that
-    it predicts from the test's 12 outcomes instead of its running-mean fallback): three steps of verl's fit loop, 4
-    prompts a step from 8 candidates (``data.gen_batch_size``). Each step the round's allocator (a spy on
-    ``Round.allocate``) sees the 8 candidates with the provider's pass rates and n0, draws prior_select's choice on
-    them written out here
-    (:func:`select_draw`: a mutation of the draw, the pool or the prior it reads goes red), exactly the drawn prompts
-    reach the actor, one rollout each, each with its candidate's prior in ``extra_info``; by step 3 the priors have
-    moved off their common start, and every candidate's prior and n0 are those of the same provider hand-fed the
-    rewards the actor received (the pool's own keys and questions: a prior read for other prompts goes red); the
+    """The launch script's SEL1 (``v05_eb`` at one rollout per prompt, ±1 rewards, the bare question as the prior's
+    text, ``+algorithm.v05.allocator=prior_select``) with its prior, the selection grid's pick, and the others the pick
+    might have been (the prompt's history; combined and v0, which read the question's text; v0 with a context of 4 rows,
+    not 32, so that it predicts from the test's 12 outcomes instead of its running-mean fallback): three steps of verl's
+    fit loop, 4 prompts a step from 8 candidates (``data.gen_batch_size``). Each step the round's allocator (a spy on
+    ``Round.allocate``) sees the 8 candidates with the provider's pass rates and n0, draws prior_select's choice on them
+    written out here (:func:`select_draw`: a mutation of the draw, the pool or the prior it reads goes red), exactly the
+    drawn prompts reach the actor, one rollout each, each with its candidate's prior in ``extra_info``; by step 3 the
+    priors have moved off their common start, and every candidate's prior and n0 are those of the same provider hand-fed
+    the rewards the actor received (the pool's own keys and questions: a prior read for other prompts goes red); the
     checkpoint restores the provider."""
     h, tq = harness
     from v05.priors import group_outcomes, make_provider
@@ -308,7 +307,7 @@ def test_prior_select_with_a_learned_prior_trains_in_verls_fit_loop(harness, tmp
     test_only = [o for o in h.trainer_overrides(tmp_path, "v05_eb") if not o.startswith(scripted)]
     replaced = ("data.", "actor_rollout_ref.actor.ppo_mini_batch_size", "+algorithm.v05.allocator=",
                 "+algorithm.v05.provider=")  # fmt: skip
-    script = [o for o in h.launch_arrays()["EB1"] if not o.startswith(replaced)]
+    script = [o for o in h.launch_arrays()["SEL1"] if not o.startswith(replaced)]
     overrides = [*test_only, *script, f"data.train_batch_size={BATCH}", f"data.gen_batch_size={POOL}",
                  f"actor_rollout_ref.actor.ppo_mini_batch_size={BATCH}", "+algorithm.v05.allocator=prior_select",
                  f"+algorithm.v05.provider={provider}",
