@@ -61,6 +61,7 @@ args = V05GRPOConfig(
     v05_prior="running_mean",  # v05-recommended's: the policy's running mean pass rate ("history": one per prompt)
     v05_reward_range="01",  # "pm1" for rewards on [-1, 1]
     # SPO instead: v05_estimator="spo", v05_prior="spo", v05_prior_options={"rho": "constant"}, v05_sampler="spo"
+    # selection (docs/results-selection.md): v05_prior="history", v05_sampler="prior_select" (64 of 4 x 64 prompts)
 )
 trainer = V05GRPOTrainer(
     model=model, reward_funcs=correct, args=args, train_dataset=dataset, processing_class=tokenizer
