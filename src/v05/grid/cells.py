@@ -84,7 +84,10 @@ def grid_cells(
     choices: dict[tuple[str, str], str | None] | None = None,
     picked: Mapping[str, Mapping[str, Any] | None] | None = None,
 ) -> list[Cell]:
-    """Every (task, seed, method) cell with its checked config, seed-major so that early cells pair up.
+    """Every (task, seed, method) cell with its checked config, in that order, so that early cells pair up.
+
+    A task setting at a time, and within it every method of one seed before the next seed's: a grid run in parts
+    completes task settings one by one.
 
     The overrides apply in the order grid, task, method, the tuned setting, then ``name=METHOD`` and ``seed=SEED``.
     A tuned method's cells take the setting ``choices[(task, method)]`` (:func:`v05.grid.tuning.choose_settings`),
