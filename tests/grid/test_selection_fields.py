@@ -168,6 +168,12 @@ def test_the_lead_table_by_hand():
     assert readme.startswith(README_BEGIN) and readme.endswith(README_END) and "[s.md](s.md)" in readme
     assert "\n### The lead table" in readme and "\n### Targets for the picked selector" in readme  # the README's level
     assert "| m (mixed) | +2.1 [+0.3, +4.0] | +3.2 [+2.0, +4.4] |" in readme and "| m (mixed) | — | " in readme
+    assert "2 CPU cores" in readme and "Partial" not in readme
+    meta = {"command": "c", "hardware": "this-machine", "cells_finished": 3, "cells_total": 9,
+            "cells_hardware": {"intel": 2, "amd": 1}}  # fmt: skip
+    partial = readme_section(results, meta, "s.md")
+    assert "**Partial: 3 of the grid's 9 cells have run" in partial and "this-machine" not in partial
+    assert "cells trained on 2 machines" in partial
     pending = "\n".join(lead_markdown(lead_rows(results, None), None))
     assert "| pending | — |" in pending and "pending / 0.70×" in pending
     assert lead_markdown([], None) == []

@@ -617,13 +617,25 @@ def tuning_markdown(grid: Grid, tuning: dict[str, Any] | None) -> list[str]:
 def readme_section(results: dict[str, Any], meta: dict[str, Any], doc: str) -> str:
     """The README's results section: the headline table per task setting and a pointer to ``doc``.
 
+    It names the machine (or, for cells restored from a store trained on several, their count: ``doc`` lists them)
+    and says so when the grid has not finished.
+
     A grid whose oracle selects (the selection grid) gives its lead table and the targets' verdicts instead
     (:mod:`v05.grid.lead`), a heading level below the README's section that holds them.
     """
+    machines = meta.get("cells_hardware") or {}
+    hardware = meta["hardware"] if len(machines) < 2 else f"cells trained on {len(machines)} machines, listed there"
+    partial = meta.get("cells_finished", 0) < meta.get("cells_total", 0)
     lines = [
         README_BEGIN,
         "",
-        f"From `{meta['command']}` ({meta['hardware']}; all numbers and the paper's claims in [{doc}]({doc})).",
+        f"From `{meta['command']}` ({hardware}; all numbers and the paper's claims in [{doc}]({doc})).",
+        *(
+            ["", f"**Partial: {meta['cells_finished']} of the grid's {meta['cells_total']} cells have run; a setting "
+                 "without comparison cells is left out.**"]
+            if partial
+            else []
+        ),
         "",
     ]
     if section := _selection_lead(results, "###"):
