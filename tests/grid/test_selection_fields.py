@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from tests.grid._grids import fake_run, task_of
+from tests.grid._grids import REPO, fake_run, task_of
 from v05.grid.lead import lead_markdown, lead_rows, picked_selector, target_rows, targets_markdown
 from v05.grid.render import README_BEGIN, README_END, readme_section
 from v05.grid.results import attribution_results
@@ -209,3 +211,12 @@ def test_the_targets_by_hand():
     text = "\n".join(targets_markdown(list(got.values())))
     assert "| all (mixed) | met | met | met | met | met |" in text and "| easy (mixed) | — | met | — | — | — |" in text
     assert "share 2 of 3 judged; no_loss 4 of 5 judged" in text and targets_markdown([]) == []
+
+
+def test_the_readmes_lead_section_is_what_the_committed_json_renders():
+    """README.md's generated section is ``readme_section`` of benchmarks/results/matrix/selection.json and its meta,
+    byte for byte: a hand edit of the README's numbers, or a JSON re-run without ``--readme``, goes red."""
+    results = json.loads((REPO / "benchmarks/results/matrix/selection.json").read_text(encoding="utf-8"))
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = README_BEGIN + readme.split(README_BEGIN)[1].split(README_END)[0] + README_END
+    assert section == readme_section(results, results["meta"], "docs/results-selection.md")
