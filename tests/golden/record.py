@@ -23,10 +23,12 @@ under test against them, bit for bit. Recorded (about 5 and 1 minutes on 2 cores
 
 Floats are exact: Python's ``json`` writes ``repr``, which round-trips every float64 (NaN and ±inf as the JSON
 extensions ``NaN``/``Infinity``). Trained numbers depend on the CPU's kernels and on the library versions, so each file
-names the CPU (:func:`v05.hardware.cpu_label`) and the versions it was recorded with; on another CPU or other
-versions the tests skip, naming both. This module needs the standard library and numpy only: the verl environment
-(no trl) and the main one (no verl trainer stack) both import it; each section's recorder lives in the test module
-that checks it, and is loaded by name when that section is recorded.
+names the CPU (:func:`cpu_identity`: model name, vector unit, family/model/stepping) and the versions it was
+recorded with; on another CPU or other versions the tests skip, naming both. This module needs the standard library
+and numpy only: the verl environment (no trl) and the main one (no verl trainer stack) both import it; each
+section's recorder lives in the test module that checks it, and is loaded by name when that section is recorded.
+The files were re-recorded from the same baseline tree on 2026-12-07, when an AMD EPYC of another generation under
+the same name gave numbers one ulp off the first recording (``CPU_ID_FIELDS``).
 """
 
 from __future__ import annotations
@@ -77,11 +79,26 @@ as their test does): verl's fit loop (``tests/adapters/test_verl_golden.py``, ``
 # -- the machine and the code a golden file came from -------------------------------------------------------------
 
 
+CPU_ID_FIELDS = ("cpu family", "model", "stepping")
+"""/proc/cpuinfo fields that tell apart two generations behind one ``model name``: a virtual machine may name every
+AMD EPYC "AMD EPYC", and two of them with AVX-512 gave numbers one ulp apart (the golden files recorded before these
+fields were in the label skip everywhere)."""
+
+
+def cpu_identity(cpuinfo: str, fallback: str) -> str:
+    """The golden files' CPU label: :func:`v05.hardware.cpu_label` (model name, widest vector/matrix unit) and the
+    first processor's :data:`CPU_ID_FIELDS` (``AMD EPYC, AVX-512, family 25 model 17 stepping 1``)."""
+    first = cpuinfo.split("\n\n", 1)[0]
+    fields = {k.strip(): v.strip() for k, v in (line.split(":", 1) for line in first.splitlines() if ":" in line)}
+    ids = [f"{key.split()[-1]} {fields[key]}" for key in CPU_ID_FIELDS if key in fields]
+    return ", ".join([cpu_label(cpuinfo, fallback), *([" ".join(ids)] if ids else [])])
+
+
 def cpu() -> str:
-    """This machine's CPU label as :mod:`v05.hardware` writes it (model name and widest vector/matrix unit)."""
+    """This machine's CPU label (:func:`cpu_identity`); off Linux, the platform's processor name."""
     fallback = platform.processor() or platform.machine()
     try:
-        return cpu_label(Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace"), fallback)
+        return cpu_identity(Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace"), fallback)
     except OSError:  # not Linux
         return fallback
 
