@@ -15,14 +15,19 @@ CPU_FEATURES = (("amx_bf16", "AMX"), ("avx512f", "AVX-512"), ("avx2", "AVX2"))
 """/proc/cpuinfo flag → label: the widest matrix unit names the machine (kernels, hence trajectories, differ)."""
 
 
+def cpuinfo_fields(cpuinfo: str) -> dict[str, str]:
+    """/proc/cpuinfo text's ``key: value`` lines of its first processor (the machine's CPUs share one model)."""
+    first = cpuinfo.split("\n\n", 1)[0]
+    return {k.strip(): v.strip() for k, v in (line.split(":", 1) for line in first.splitlines() if ":" in line)}
+
+
 def cpu_label(cpuinfo: str, fallback: str) -> str:
     """``model name`` and the widest vector/matrix unit from /proc/cpuinfo text (``fallback`` where it says none).
 
     A run's float results depend on the kernels its CPU selects (AVX2, AVX-512, AMX), so cells trained on two
     machines with one name but different units are told apart in the results.
     """
-    fields = dict(line.split(":", 1) for line in cpuinfo.splitlines() if ":" in line)
-    fields = {k.strip(): v.strip() for k, v in fields.items()}
+    fields = cpuinfo_fields(cpuinfo)
     flags = set(fields.get("flags", "").split())
     unit = next((label for flag, label in CPU_FEATURES if flag in flags), None)
     name = fields.get("model name") or fallback
@@ -42,4 +47,4 @@ def hardware_label() -> str:
     )
 
 
-__all__ = ["CPU_FEATURES", "cpu_label", "hardware_label"]
+__all__ = ["CPU_FEATURES", "cpu_label", "cpuinfo_fields", "hardware_label"]

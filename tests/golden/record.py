@@ -53,7 +53,7 @@ import numpy as np
 import pytest
 
 import v05
-from v05.hardware import cpu_label
+from v05.hardware import cpu_label, cpuinfo_fields
 
 ROOT = Path(__file__).resolve().parents[2]
 """The repository (its ``tests`` package holds the section recorders)."""
@@ -88,8 +88,7 @@ fields were in the label skip everywhere)."""
 def cpu_identity(cpuinfo: str, fallback: str) -> str:
     """The golden files' CPU label: :func:`v05.hardware.cpu_label` (model name, widest vector/matrix unit) and the
     first processor's :data:`CPU_ID_FIELDS` (``AMD EPYC, AVX-512, family 25 model 17 stepping 1``)."""
-    first = cpuinfo.split("\n\n", 1)[0]
-    fields = {k.strip(): v.strip() for k, v in (line.split(":", 1) for line in first.splitlines() if ":" in line)}
+    fields = cpuinfo_fields(cpuinfo)
     ids = [f"{key.split()[-1]} {fields[key]}" for key in CPU_ID_FIELDS if key in fields]
     return ", ".join([cpu_label(cpuinfo, fallback), *([" ".join(ids)] if ids else [])])
 
