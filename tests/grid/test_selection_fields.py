@@ -7,7 +7,14 @@ import json
 import pytest
 
 from tests.grid._grids import REPO, fake_run, task_of
-from v05.grid.lead import lead_markdown, lead_rows, picked_selector, target_rows, targets_markdown
+from v05.grid.lead import (
+    lead_markdown,
+    lead_rows,
+    picked_selector,
+    target_rows,
+    targets_markdown,
+    verdict_markdown,
+)
 from v05.grid.render import README_BEGIN, README_END, readme_section
 from v05.grid.results import attribution_results
 from v05.grid.selection import (
@@ -211,6 +218,56 @@ def test_the_targets_by_hand():
     text = "\n".join(targets_markdown(list(got.values())))
     assert "| all (mixed) | met | met | met | met | met |" in text and "| easy (mixed) | — | met | — | — | — |" in text
     assert "share 2 of 3 judged; no_loss 4 of 5 judged" in text and targets_markdown([]) == []
+
+
+def test_the_plain_answer_by_hand():
+    """Yes at 4 hard settings whose share is met; no once met + not judged < 4 of 6; else not decided. The spans are
+    over the hard settings only (the easy one's numbers never enter); a pick that never reaches is named; no pick or
+    no hard row: nothing."""
+
+    def row(task, share, pick=0.002, ci=(0.001, 0.003), bound=0.04, uniform=0.02, reach=0.5, compute=(0.8, 0.6)):
+        return {
+            "task": task,
+            "pool": "mixed",
+            "share": share,
+            "pick": pick,
+            "pick_ci95": list(ci),
+            "bound": bound,
+            "uniform": uniform,
+            "pick_ratio": reach,
+            "pick_ratio_ci95": [0.4, None if reach is None else 0.6],
+            "pick_compute": compute,
+            "offline_run": False,
+            "pick_vs_spo": None,
+            "pick_vs_spo_ci95": None,
+        }
+
+    regimes = {f"h{i}": "hard" for i in range(6)} | {"easy": "easy"}
+    easy = row("easy", None, pick=0.5, bound=0.9, uniform=0.9, reach=0.01, compute=(0.01, 0.01))
+    yes = [row(f"h{i}", 0.6) for i in range(4)] + [easy]
+    text = " ".join(verdict_markdown(yes, regimes, "sel_x"))
+    assert text.startswith("**Yes: selection by the learned prior pays here.** The pick (`sel_x`)")
+    assert "on 4 of the 4 hard settings judged (the target: 4 of 6; 2 not judged yet)" in text
+    assert "the oracle's selection +4.0, the pick +0.2." in text and "(uniform k = 1 − GRPO k = 4): +2.0." in text
+    assert "with 0.50× its rollouts, 0.60× its compute as a TRL/verl user pays it (0.80× in this trainer)." in text
+    three = [row(f"h{i}", 0.6) for i in range(3)] + [row("h3", 0.1), row("h4", 0.2)]
+    assert " ".join(verdict_markdown(three, regimes, "sel_x")).startswith("**Not decided yet**")  # 3 + 1 open
+    no = [
+        row("h0", 0.6, bound=0.07),
+        row("h1", 0.1, pick=-0.009, uniform=0.036, reach=None, compute=(None, None)),
+        row("h2", 0.2, reach=0.61, compute=(0.95, 0.69)),
+        row("h3", -0.3, reach=0.48, compute=(0.75, 0.54)),
+        easy,
+    ]
+    text = " ".join(verdict_markdown(no, regimes, "sel_x"))
+    assert text.startswith("**No: selection by a learned prior does not pay here.**")  # 1 met + 2 open < 4
+    assert "on 1 of the 4 hard settings judged (the target: 4 of 6; 2 not judged yet)" in text
+    assert "the oracle's selection +4.0 to +7.0, the pick -0.9 to +0.2." in text and "+2.0 to +3.6." in text
+    assert (
+        "with 0.48× to 0.61× its rollouts, 0.54× to 0.69× its compute as a TRL/verl user pays it (0.75× to 0.95× "
+        "in this trainer); never on h1."
+    ) in text
+    assert verdict_markdown(no, regimes, None) == [] and verdict_markdown([easy], regimes, "sel_x") == []
 
 
 def test_the_readmes_lead_section_is_what_the_committed_json_renders():

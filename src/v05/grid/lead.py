@@ -8,7 +8,7 @@ the comparison seeds ran (:func:`target_rows`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from v05.grid.text import points, ratio
@@ -155,7 +155,7 @@ def targets_markdown(rows: Sequence[dict[str, Any]], heading: str = "##") -> lis
     mark = {True: "met", False: "**missed**", None: "—"}
     lines = [f"{heading} Targets for the picked selector (issue 42), per setting", "",
              "Judged from the lead table by a rule fixed before the comparison seeds ran "
-             "(`v05.grid.selection.target_rows`; the targets are the hard settings', only the second applies to the "
+             "(`v05.grid.lead.target_rows`; the targets are the hard settings', only the second applies to the "
              "easy one): —: not applicable or not measured yet. Beating SPO reads "
              "`spo_offline` where its init runs (equal total rollouts) and `spo` on the fresh pools, where the init "
              "alone exceeds the budget.", "",
@@ -169,8 +169,65 @@ def targets_markdown(rows: Sequence[dict[str, Any]], heading: str = "##") -> lis
     return lines
 
 
+SHARE_NEEDED, HARD_SETTINGS = 4, 6
+"""Issue 42's headline target: the pick takes ≥ ½ of the oracle's headroom on ≥ 4 of the grid's 6 hard settings."""
+
+
+def _span(values: Sequence[float], one: Callable[[float], str]) -> str:
+    """``lo to hi`` of ``values`` written by ``one`` (a single value where both ends read alike)."""
+    lo, hi = one(min(values)), one(max(values))
+    return lo if lo == hi else f"{lo} to {hi}"
+
+
+def verdict_markdown(rows: Sequence[dict[str, Any]], regimes: dict[str, str], pick: str | None) -> list[str]:
+    """The plain answer, by the headline target alone: does selection by the learned prior pay?
+
+    Decided by a rule fixed with the targets (:func:`target_rows` of ``rows``): **yes** once the pick meets
+    ``share`` on :data:`SHARE_NEEDED` hard settings; **no** once it no longer can (met + not yet judged <
+    :data:`SHARE_NEEDED`, of the grid's :data:`HARD_SETTINGS`; a setting not yet run counts as not yet judged);
+    otherwise not decided yet. Then the spans behind it over the hard settings: the oracle's selection and the pick
+    against uniform k = 1, uniform k = 1 against GRPO k = 4 (what k = 1 alone buys), and the pick's rollouts and
+    compute (a TRL/verl user's, this trainer's) to GRPO k = 4's final. Nothing before a pick or a hard row.
+    """
+    hard = [r for r in rows if regimes.get(r["task"]) == "hard"]
+    if pick is None or not hard:
+        return []
+    targets = target_rows(hard, regimes)
+    met, missed = (sum(t["share"] is v for t in targets) for v in (True, False))
+    open_ = HARD_SETTINGS - met - missed
+    if met >= SHARE_NEEDED:
+        head = "**Yes: selection by the learned prior pays here.**"
+    elif met + open_ < SHARE_NEEDED:
+        head = "**No: selection by a learned prior does not pay here.**"
+    else:
+        head = "**Not decided yet** whether selection by a learned prior pays."
+    lines = [
+        f"{head} The pick (`{pick}`) takes ≥ ½ of the oracle's headroom, its interval above 0, on {met} of the "
+        f"{met + missed} hard settings judged (the target: {SHARE_NEEDED} of {HARD_SETTINGS}; {open_} not judged yet)."
+    ]
+    said = [f"{name} {_span(v, points)}" for name, key in (("the oracle's selection", "bound"), ("the pick", "pick"))
+            if (v := [r[key] for r in hard if r[key] is not None])]  # fmt: skip
+    if said:
+        lines.append("Over uniform k = 1, in points paired over the run: " + ", ".join(said) + ".")
+    if uniform := [r["uniform"] for r in hard if r["uniform"] is not None]:
+        lines.append(f"k = 1 alone (uniform k = 1 − GRPO k = 4): {_span(uniform, points)}.")
+    if reached := [r for r in hard if r["pick_ratio"] is not None]:
+        user, trainer = ([c for r in reached if (c := r["pick_compute"][i]) is not None] for i in (1, 0))
+        never = [r["task"] for r in hard if r["pick_ratio"] is None and r["pick_ratio_ci95"] is not None]
+        lines.append(
+            f"The pick reaches GRPO k = 4's final with {_span([r['pick_ratio'] for r in reached], ratio)} its rollouts"
+            + (f", {_span(user, ratio)} its compute as a TRL/verl user pays it" if user else "")
+            + (f" ({_span(trainer, ratio)} in this trainer)" if trainer else "")
+            + (f"; never on {', '.join(never)}" if never else "")
+            + "."
+        )
+    return [" ".join(lines), ""]
+
+
 __all__ = [
+    "HARD_SETTINGS",
     "SELECTOR_PICK",
+    "SHARE_NEEDED",
     "SPO_METHOD",
     "SPO_OFFLINE_METHOD",
     "TARGETS",
@@ -179,4 +236,5 @@ __all__ = [
     "picked_selector",
     "target_rows",
     "targets_markdown",
+    "verdict_markdown",
 ]

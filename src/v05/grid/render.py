@@ -420,10 +420,17 @@ def methods_markdown(grid: Grid) -> list[str]:
 
 
 def _selection_lead(results: dict[str, Any], heading: str) -> list[str]:
-    """The selection grid's lead table and the targets' verdicts under ``heading``; nothing in another grid."""
+    """The selection grid's lead table, its plain answer and the targets' verdicts under ``heading``.
+
+    Nothing in another grid (one without the selection fields).
+    """
     rows = lead.lead_rows(results, pick := lead.picked_selector(results))
     regimes = {n: t.get("regime", "") for n, t in results["tasks"].items()}
-    return [*lead.lead_markdown(rows, pick, heading), *lead.targets_markdown(lead.target_rows(rows, regimes), heading)]
+    return [
+        *lead.lead_markdown(rows, pick, heading),
+        *lead.verdict_markdown(rows, regimes, pick),
+        *lead.targets_markdown(lead.target_rows(rows, regimes), heading),
+    ]
 
 
 def results_markdown(grid: Grid, results: dict[str, Any], meta: dict[str, Any], *, figure: str | None = None) -> str:
