@@ -10,6 +10,8 @@ from tests.grid._grids import REPO, fake_run, task_of
 from v05.grid.lead import (
     lead_markdown,
     lead_rows,
+    method_target_rows,
+    method_targets_markdown,
     picked_selector,
     target_rows,
     targets_markdown,
@@ -270,6 +272,62 @@ def test_the_plain_answer_by_hand():
     assert verdict_markdown(no, regimes, None) == [] and verdict_markdown([easy], regimes, "sel_x") == []
 
 
+def test_every_method_judged_by_the_picks_targets_by_hand():
+    """Each method but the control takes the pick's place: settings met of those judged per target, the easy
+    setting's "no loss" counted; beating SPO only where the grid pairs the method with SPO: a method paired with
+    `spo` alone is unmeasured where `spo_offline` runs, never read against `spo`; the bound and the pick are named;
+    the README keeps the pick's targets alone."""
+
+    def m(diff, ci, reach=None, reach_ci=None, user=None):
+        return {"vs_uniform_diff": diff, "vs_uniform_ci95": ci, "rollout_ratio": reach, "rollout_ratio_ci95": reach_ci,
+                "compute_ratio": None if user is None else 2 * user, "compute_ratio_user": user}  # fmt: skip
+
+    def pair(method, versus, diff, ci):
+        return {"method": method, "versus": versus, "diff": diff, "ci95": ci}
+
+    uniform = {"paired_diff_mean": 0.02, "paired_diff_ci95": [0.01, 0.03], **m(0.0, None)}
+    h1 = {"pool": "mixed", "regime": "hard", "oracle_selection_headroom": 0.04,
+          "oracle_selection_headroom_ci95": [0.02, 0.06],
+          "methods": {"uniform_rm": uniform, "sel_oracle": m(0.04, [0.02, 0.06], 0.3, [0.25, 0.5], 0.4),
+                      "sel_a": m(0.025, [0.01, 0.04], 0.5, [0.4, 0.6], 0.6),
+                      "sel_b": m(-0.01, [-0.02, -0.001], None, [0.5, None]),
+                      "spo": m(0.0, [-0.01, 0.01], 0.9, [0.8, 1.0], 0.9), "spo_offline": m(0.01, [0.0, 0.02])}}
+    h2 = {"pool": "fresh", "regime": "hard", "oracle_selection_headroom": 0.05,
+          "oracle_selection_headroom_ci95": [0.03, 0.07],
+          "methods": {"uniform_rm": uniform, "sel_a": m(0.01, [0.0, 0.02], 0.35, [0.3, 0.5], 0.5),
+                      "sel_b": m(0.03, [0.02, 0.04], 0.3, [0.2, 0.4], 0.8)}}
+    easy = {"pool": "revisited", "regime": "easy", "oracle_selection_headroom": 0.01,
+            "oracle_selection_headroom_ci95": [0.005, 0.015],
+            "methods": {"uniform_rm": uniform, "sel_a": m(-0.01, [-0.02, -0.001]), "sel_b": m(0.0, [-0.01, 0.01])}}
+    headroom = {"control": "uniform_rm", "oracle": "sel_oracle"}
+    attribution = {
+        "h1": {"headroom": headroom, "rows": [pair("sel_a", "spo_offline", 0.02, [0.01, 0.03]),
+                                              pair("sel_b", "spo", 0.05, [0.04, 0.06]),
+                                              pair("spo_offline", "spo", 0.01, [0.0, 0.02])]},
+        "h2": {"headroom": headroom, "rows": [pair("sel_a", "spo", 0.005, [-0.001, 0.01]),
+                                              pair("sel_b", "spo", 0.02, [0.01, 0.03])]},
+        "e": {"headroom": headroom, "rows": []},
+    }
+    results = {"tasks": {"h1": h1, "h2": h2, "e": easy}, "attribution": attribution,
+               "picks": {"selector": {"method": "sel_a"}}}  # fmt: skip
+    regimes = {n: t["regime"] for n, t in results["tasks"].items()}
+    rows = {r["method"]: r for r in method_target_rows(results, regimes)}
+    assert list(rows) == ["sel_oracle", "sel_a", "sel_b", "spo", "spo_offline"]  # the control is no row
+    keys = ("share", "no_loss", "rollouts", "compute", "beats_spo")
+    assert [rows["sel_a"]["targets"][k] for k in keys] == [(1, 2), (2, 3), (1, 2), (2, 2), (1, 2)]
+    assert [rows["sel_b"]["targets"][k] for k in keys] == [(1, 2), (2, 3), (1, 2), (0, 2), (1, 1)]  # h1: not vs spo
+    assert [rows["sel_oracle"]["targets"][k] for k in keys] == [(1, 1)] * 4 + [(0, 0)]
+    assert [rows["spo"]["targets"][k] for k in keys] == [(0, 1), (1, 1), (0, 1), (0, 1), (0, 0)]
+    assert [rows["spo_offline"]["targets"][k] for k in keys] == [(0, 1), (1, 1), (0, 0), (0, 0), (0, 0)]
+    assert rows["sel_a"]["pick"] and not rows["sel_b"]["pick"] and rows["sel_oracle"]["oracle"]
+    text = "\n".join(method_targets_markdown(list(rows.values())))
+    assert "| `sel_oracle` (the bound) | 1 of 1 | 1 of 1 | 1 of 1 | 1 of 1 | — |" in text
+    assert "| `sel_a` (the pick) | 1 of 2 | 2 of 3 | 1 of 2 | 2 of 2 | 1 of 2 |" in text
+    assert "| `sel_b` | 1 of 2 | 2 of 3 | 1 of 2 | 0 of 2 | 1 of 1 |" in text and method_targets_markdown([]) == []
+    readme = readme_section(results, {"command": "c", "hardware": "h"}, "s.md")
+    assert "### Targets for the picked selector" in readme and "The targets, every method" not in readme
+
+
 def test_the_readmes_lead_section_is_what_the_committed_json_renders():
     """README.md's generated section is ``readme_section`` of benchmarks/results/matrix/selection.json and its meta,
     byte for byte: a hand edit of the README's numbers, or a JSON re-run without ``--readme``, goes red."""
@@ -277,3 +335,5 @@ def test_the_readmes_lead_section_is_what_the_committed_json_renders():
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     section = README_BEGIN + readme.split(README_BEGIN)[1].split(README_END)[0] + README_END
     assert section == readme_section(results, results["meta"], "docs/results-selection.md")
+    page = (REPO / "docs/results-selection.md").read_text(encoding="utf-8")
+    assert "\n## The targets, every method\n" in page  # the page judges every method; the README the pick alone

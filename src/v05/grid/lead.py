@@ -58,7 +58,9 @@ def lead_rows(results: dict[str, Any], pick: str | None, spo: str = SPO_METHOD) 
             "pick": p.get("vs_uniform_diff"), "pick_ci95": p.get("vs_uniform_ci95"), "share": share,
             "spo": o.get("vs_uniform_diff"), "spo_ci95": o.get("vs_uniform_ci95"),
             "pick_vs_spo": versus.get("diff"), "pick_vs_spo_ci95": versus.get("ci95"),
-            "offline_run": offline is not None,  # spo_offline runs on this setting (not on the fresh pools)
+            # spo_offline runs on this setting (not on the fresh pools); a method without that pairing in the
+            # attribution leaves its beating SPO unmeasured there instead of read against spo
+            "offline_run": offline is not None or SPO_OFFLINE_METHOD in methods,
             "pick_vs_offline": (offline or {}).get("diff"), "pick_vs_offline_ci95": (offline or {}).get("ci95"),
             "pick_ratio": p.get("rollout_ratio"), "pick_ratio_ci95": p.get("rollout_ratio_ci95"),
             "pick_compute": (p.get("compute_ratio"), p.get("compute_ratio_user")),
@@ -169,6 +171,49 @@ def targets_markdown(rows: Sequence[dict[str, Any]], heading: str = "##") -> lis
     return lines
 
 
+def method_target_rows(results: dict[str, Any], regimes: dict[str, str]) -> list[dict[str, Any]]:
+    """Every compared method judged by the pick's targets: per target, the hard settings met and judged.
+
+    Each method of the grid but the attribution's control (uniform k = 1, the zero of every target) takes the pick's
+    place in :func:`lead_rows` and :func:`target_rows`; ``beats_spo`` is judged only where the grid pairs the method
+    with SPO (an attribution row), so a method without that pairing is unmeasured there, never read against another
+    SPO. Per method: ``{target: (met, judged)}`` over the hard settings (the easy one's ``no_loss`` included, as in
+    :func:`targets_markdown`), ``pick``: True for the grid's pick and ``oracle``: True for the
+    bound, whose ranking rollouts are reported but never counted (so its rollouts and compute are not a selector's).
+    """
+    tasks = [t for t in results["tasks"].values() if "oracle_selection_headroom" in t]
+    names = list(dict.fromkeys(m for t in tasks for m in t["methods"]))
+    headroom = next((a["headroom"] for a in (results.get("attribution") or {}).values() if a.get("headroom")), {})
+    control, oracle = headroom.get("control"), headroom.get("oracle")
+    out = []
+    for name in names:
+        if name == control:
+            continue
+        judged = target_rows(lead_rows(results, name), regimes)
+        counts = {k: (sum(t[k] is True for t in judged), sum(t[k] is not None for t in judged)) for k, _ in TARGETS}
+        out.append({"method": name, "oracle": name == oracle, "pick": name == picked_selector(results),
+                    "targets": counts})  # fmt: skip
+    return out
+
+
+def method_targets_markdown(rows: Sequence[dict[str, Any]], heading: str = "##") -> list[str]:
+    """The results page's table of :func:`method_target_rows`: each method's settings met of those judged."""
+    if not rows:
+        return []
+    lines = [f"{heading} The targets, every method", "",
+             "Each compared method put in the pick's place and judged by the same rule (`v05.grid.lead."
+             "method_target_rows`): settings met of those judged; beating SPO only where the grid pairs the method "
+             "with SPO. The oracle is the bound: its ranking rollouts are reported, never counted, so its rollouts "
+             "and compute columns are not a selector's.", "",
+             "| method | " + " | ".join(text for _, text in TARGETS) + " |",
+             "|---|" + "---|" * len(TARGETS)]  # fmt: skip
+    for r in rows:
+        name = f"`{r['method']}`" + (" (the pick)" if r["pick"] else "") + (" (the bound)" if r["oracle"] else "")
+        cells = ("—" if judged == 0 else f"{met} of {judged}" for met, judged in (r["targets"][k] for k, _ in TARGETS))
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
 SHARE_NEEDED, HARD_SETTINGS = 4, 6
 """Issue 42's headline target: the pick takes ≥ ½ of the oracle's headroom on ≥ 4 of the grid's 6 hard settings."""
 
@@ -233,6 +278,8 @@ __all__ = [
     "TARGETS",
     "lead_markdown",
     "lead_rows",
+    "method_target_rows",
+    "method_targets_markdown",
     "picked_selector",
     "target_rows",
     "targets_markdown",

@@ -419,17 +419,20 @@ def methods_markdown(grid: Grid) -> list[str]:
     return [*lines, ""]
 
 
-def _selection_lead(results: dict[str, Any], heading: str) -> list[str]:
+def _selection_lead(results: dict[str, Any], heading: str, *, every_method: bool = False) -> list[str]:
     """The selection grid's lead table, its plain answer and the targets' verdicts under ``heading``.
 
+    With ``every_method`` (the results page; the README keeps the pick's), every compared method judged by them too.
     Nothing in another grid (one without the selection fields).
     """
     rows = lead.lead_rows(results, pick := lead.picked_selector(results))
     regimes = {n: t.get("regime", "") for n, t in results["tasks"].items()}
+    every = lead.method_target_rows(results, regimes) if rows and every_method else []
     return [
         *lead.lead_markdown(rows, pick, heading),
         *lead.verdict_markdown(rows, regimes, pick),
         *lead.targets_markdown(lead.target_rows(rows, regimes), heading),
+        *lead.method_targets_markdown(every, heading),
     ]
 
 
@@ -471,7 +474,7 @@ def results_markdown(grid: Grid, results: dict[str, Any], meta: dict[str, Any], 
         f"- Grid file: `{grid.path.as_posix()}`; seeds {', '.join(map(str, grid.seeds))}; "
         f"reference `{grid.reference}`.",
         "",
-        *_selection_lead(results, "##"),
+        *_selection_lead(results, "##", every_method=True),
         "## Protocol",
         "",
         protocol_markdown(grid, results),
