@@ -150,6 +150,11 @@ def target_rows(rows: Sequence[dict[str, Any]], regimes: dict[str, str]) -> list
     return out
 
 
+def _targets_header(first: str) -> list[str]:
+    """A markdown table's header and rule: column ``first``, then one column per target of :data:`TARGETS`."""
+    return [f"| {first} | " + " | ".join(text for _, text in TARGETS) + " |", "|---|" + "---|" * len(TARGETS)]
+
+
 def targets_markdown(rows: Sequence[dict[str, Any]], heading: str = "##") -> list[str]:
     """The results page's verdict per setting on each of :data:`TARGETS` (the rule is written on the page)."""
     if not rows:
@@ -160,9 +165,7 @@ def targets_markdown(rows: Sequence[dict[str, Any]], heading: str = "##") -> lis
              "(`v05.grid.lead.target_rows`; the targets are the hard settings', only the second applies to the "
              "easy one): —: not applicable or not measured yet. Beating SPO reads "
              "`spo_offline` where its init runs (equal total rollouts) and `spo` on the fresh pools, where the init "
-             "alone exceeds the budget.", "",
-             "| task setting (pool) | " + " | ".join(text for _, text in TARGETS) + " |",
-             "|---|" + "---|" * len(TARGETS)]  # fmt: skip
+             "alone exceeds the budget.", "", *_targets_header("task setting (pool)")]  # fmt: skip
     for r in rows:
         lines.append(f"| {r['task']} ({r['pool'] or '—'}) | " + " | ".join(mark[r[k]] for k, _ in TARGETS) + " |")
     met = {k: sum(r[k] is True for r in rows) for k, _ in TARGETS}
@@ -204,9 +207,7 @@ def method_targets_markdown(rows: Sequence[dict[str, Any]], heading: str = "##")
              "Each compared method put in the pick's place and judged by the same rule (`v05.grid.lead."
              "method_target_rows`): settings met of those judged; beating SPO only where the grid pairs the method "
              "with SPO. The oracle is the bound: its ranking rollouts are reported, never counted, so its rollouts "
-             "and compute columns are not a selector's.", "",
-             "| method | " + " | ".join(text for _, text in TARGETS) + " |",
-             "|---|" + "---|" * len(TARGETS)]  # fmt: skip
+             "and compute columns are not a selector's.", "", *_targets_header("method")]  # fmt: skip
     for r in rows:
         name = f"`{r['method']}`" + (" (the pick)" if r["pick"] else "") + (" (the bound)" if r["oracle"] else "")
         cells = ("—" if judged == 0 else f"{met} of {judged}" for met, judged in (r["targets"][k] for k, _ in TARGETS))
